@@ -1,0 +1,160 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testURL = "postgres://u@127.0.0.1:5432/db"
+
+func TestLoadDefaults(t *testing.T) {
+	env := FromMap(map[string]string{"DATABASE_URL": testURL})
+	db, err := LoadDatabase(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db != (Database{URL: testURL, Schema: "outbox"}) {
+		t.Fatalf("database = %+v", db)
+	}
+	fill, err := LoadFill(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fill != (Fill{Grace: 2 * time.Second, BatchLimit: 1000, PageSize: 1000, PassBudget: 20 * time.Second}) {
+		t.Fatalf("fill = %+v", fill)
+	}
+	sweep, err := LoadSweep(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sweep != (Sweep{StuckAfter: 60 * time.Second, BatchLimit: 1000, MaxRedeliveries: 10, PassBudget: 20 * time.Second}) {
+		t.Fatalf("sweep = %+v", sweep)
+	}
+	comp, err := LoadCompensate(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if comp != (Compensate{MaxSequences: 10000, Defer: 2 * time.Second, MaxDeferrals: 3, RetryAttempts: 5, RetryInterval: 500 * time.Millisecond}) {
+		t.Fatalf("compensate = %+v", comp)
+	}
+}
+
+// TestEveryVariable sets each variable of §7 to a good and to a bad value:
+// the good one must land in its field, the bad one must fail naming the
+// variable and quoting the value.
+func TestEveryVariable(t *testing.T) {
+	type loaded struct {
+		db   Database
+		fill Fill
+		sw   Sweep
+		comp Compensate
+	}
+	load := func(vars map[string]string) (loaded, error) {
+		env := FromMap(vars)
+		var l loaded
+		var errs []error
+		var err error
+		l.db, err = LoadDatabase(env)
+		errs = append(errs, err)
+		l.fill, err = LoadFill(env)
+		errs = append(errs, err)
+		l.sw, err = LoadSweep(env)
+		errs = append(errs, err)
+		l.comp, err = LoadCompensate(env)
+		errs = append(errs, err)
+		return l, errors.Join(errs...)
+	}
+	cases := []struct {
+		name  string
+		good  string
+		check func(loaded) bool
+		bad   []string
+	}{
+		{"DATABASE_URL", testURL, func(l loaded) bool { return l.db.URL == testURL }, nil},
+		{"DATABASE_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:1:secret:db", func(l loaded) bool { return l.db.SecretARN != "" }, []string{"not-an-arn"}},
+		{"DATABASE_IAM_AUTH", "true", func(l loaded) bool { return l.db.IAMAuth }, []string{"yes please"}},
+		{"OUTBOX_SCHEMA", "billing_outbox", func(l loaded) bool { return l.db.Schema == "billing_outbox" }, []string{"Outbox", "a;drop", "pg_catalog", "1abc", strings.Repeat("a", 64)}},
+		{"FILL_GRACE", "750ms", func(l loaded) bool { return l.fill.Grace == 750*time.Millisecond }, []string{"2", "-1s", "soon"}},
+		{"FILL_BATCH_LIMIT", "2", func(l loaded) bool { return l.fill.BatchLimit == 2 }, []string{"0", "x", "1.5"}},
+		{"FILL_PAGE_SIZE", "50", func(l loaded) bool { return l.fill.PageSize == 50 }, []string{"-3", "lots"}},
+		{"FILL_PASS_BUDGET", "5s", func(l loaded) bool { return l.fill.PassBudget == 5*time.Second }, []string{"10ms", "5"}},
+		{"SWEEP_STUCK_AFTER", "90s", func(l loaded) bool { return l.sw.StuckAfter == 90*time.Second }, []string{"0s", "1m30"}},
+		{"SWEEP_BATCH_LIMIT", "100", func(l loaded) bool { return l.sw.BatchLimit == 100 }, []string{"0"}},
+		{"SWEEP_MAX_REDELIVERIES", "0", func(l loaded) bool { return l.sw.MaxRedeliveries == 0 }, []string{"-1", "many"}},
+		{"SWEEP_PASS_BUDGET", "3s", func(l loaded) bool { return l.sw.PassBudget == 3*time.Second }, []string{"0s"}},
+		{"COMPENSATE_DLQ_URL", "https://sqs.eu-west-1.amazonaws.com/1/dlq", func(l loaded) bool { return l.comp.DLQURL != "" }, []string{"dlq"}},
+		{"COMPENSATE_MAX_SEQUENCES", "500", func(l loaded) bool { return l.comp.MaxSequences == 500 }, []string{"0", "1000000"}},
+		{"COMPENSATE_DEFER", "5s", func(l loaded) bool { return l.comp.Defer == 5*time.Second }, []string{"1500ms", "13h", "-1s"}},
+		{"COMPENSATE_MAX_DEFERRALS", "7", func(l loaded) bool { return l.comp.MaxDeferrals == 7 }, []string{"0"}},
+		{"COMPENSATE_RETRY_ATTEMPTS", "2", func(l loaded) bool { return l.comp.RetryAttempts == 2 }, []string{"0", "two"}},
+		{"COMPENSATE_RETRY_INTERVAL", "100ms", func(l loaded) bool { return l.comp.RetryInterval == 100*time.Millisecond }, []string{"-5ms", "fast"}},
+	}
+	listed := map[string]bool{}
+	for _, v := range Variables() {
+		listed[v.Name] = true
+	}
+	for _, c := range cases {
+		if !listed[c.name] {
+			t.Errorf("%s is tested but missing from Variables()", c.name)
+		}
+		delete(listed, c.name)
+		t.Run(c.name+"/good", func(t *testing.T) {
+			vars := map[string]string{"DATABASE_URL": testURL, c.name: c.good}
+			if c.name == "DATABASE_SECRET_ARN" {
+				delete(vars, "DATABASE_URL")
+			}
+			l, err := load(vars)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.check(l) {
+				t.Fatalf("%s=%q did not land: %+v", c.name, c.good, l)
+			}
+		})
+		for _, bad := range c.bad {
+			t.Run(c.name+"/bad/"+bad, func(t *testing.T) {
+				vars := map[string]string{"DATABASE_URL": testURL, c.name: bad}
+				if c.name == "DATABASE_SECRET_ARN" {
+					delete(vars, "DATABASE_URL")
+				}
+				_, err := load(vars)
+				var cerr *Error
+				if !errors.As(err, &cerr) {
+					t.Fatalf("%s=%q: want a config error, got %v", c.name, bad, err)
+				}
+				if cerr.Variable != c.name || cerr.Value != bad {
+					t.Fatalf("error names %s=%q, want %s=%q: %v", cerr.Variable, cerr.Value, c.name, bad, err)
+				}
+				if !strings.Contains(err.Error(), c.name) {
+					t.Fatalf("message %q does not name %s", err, c.name)
+				}
+			})
+		}
+	}
+	for name := range listed {
+		t.Errorf("Variables() lists %s but no case tests it", name)
+	}
+}
+
+func TestDatabaseSourceRules(t *testing.T) {
+	cases := []struct {
+		name    string
+		vars    map[string]string
+		varName string
+	}{
+		{"neither URL nor secret", map[string]string{}, "DATABASE_URL"},
+		{"both URL and secret", map[string]string{"DATABASE_URL": testURL, "DATABASE_SECRET_ARN": "arn:aws:secretsmanager:x"}, "DATABASE_SECRET_ARN"},
+		{"IAM auth without URL", map[string]string{"DATABASE_SECRET_ARN": "arn:aws:secretsmanager:x", "DATABASE_IAM_AUTH": "true"}, "DATABASE_IAM_AUTH"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := LoadDatabase(FromMap(c.vars))
+			var cerr *Error
+			if !errors.As(err, &cerr) || cerr.Variable != c.varName {
+				t.Fatalf("want an error naming %s, got %v", c.varName, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,354 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/store"
+)
+
+func newOutbox(t *testing.T, db *testdb.DB, opts outbox.Options) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.New(db.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ob
+}
+
+func TestPublishRecordsXIDAndReturnsSequencesInOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ob := newOutbox(t, db, outbox.Options{})
+	ctx := context.Background()
+
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := ob.Publish(ctx, tx, "orders", map[string]int{"n": 1}, json.RawMessage(`{"n":2}`), []byte(`{"n":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xid string
+	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != 3 || seqs[0] != 1 || seqs[1] != 2 || seqs[2] != 3 {
+		t.Fatalf("sequences = %v, want [1 2 3]", seqs)
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT sequence, xid::text, payload->>'n' FROM outbox.events ORDER BY sequence`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var seq int64
+		var rowXID, n string
+		if err := rows.Scan(&seq, &rowXID, &n); err != nil {
+			t.Fatal(err)
+		}
+		if rowXID != xid {
+			t.Fatalf("row %d xid = %s, want the writer's %s", seq, rowXID, xid)
+		}
+		if n != strconv.Itoa(i+1) || seq != seqs[i] {
+			t.Fatalf("row %d: payload n=%s", seq, n)
+		}
+		i++
+	}
+	if i != 3 {
+		t.Fatalf("%d rows, want 3", i)
+	}
+}
+
+// TestWriterHasXIDBeforeItAllocates is rule 1 of DESIGN §3: when a writer
+// has been handed a sequence, it must already own an xid, or a marker xid
+// taken after the head read could be older than the writer and the proof
+// would pass while the writer can still commit. The writer is frozen just
+// after its allocation by a lock that blocks its row insert; at that moment
+// pg_stat_activity must already show its xid.
+func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	ob := newOutbox(t, db, outbox.Options{})
+
+	blocker := db.Connect(t)
+	if _, err := blocker.Exec(ctx, `BEGIN; LOCK TABLE outbox.events IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	writer := db.Connect(t)
+	var writerPID uint32 = writer.PgConn().PID()
+
+	// Each path runs twice: nextval itself takes an xid whenever it has to
+	// WAL-log the sequence (the first call, then every 32), which would
+	// hide a wrong order on the very first allocation.
+	for _, path := range []string{"sql publish()", "Go Publish", "sql publish()", "Go Publish"} {
+		done := make(chan error, 1)
+		go func() {
+			if path == "sql publish()" {
+				_, err := writer.Exec(ctx, `SELECT outbox.publish('t', '{}')`)
+				done <- err
+				return
+			}
+			tx, err := writer.Begin(ctx)
+			if err != nil {
+				done <- err
+				return
+			}
+			_, err = ob.Publish(ctx, tx, "t", map[string]int{})
+			if err == nil {
+				err = tx.Commit(ctx)
+			}
+			done <- err
+		}()
+		// Wait until the writer is parked on the lock, i.e. after nextval.
+		var xid *string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var waiting bool
+			if err := db.Pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false), backend_xid::text FROM pg_stat_activity WHERE pid = $1`, writerPID).Scan(&waiting, &xid); err != nil {
+				t.Fatal(err)
+			}
+			if waiting {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: writer never blocked on the events lock", path)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var head int64
+		if err := db.Pool.QueryRow(ctx, `SELECT outbox.allocation_head()`).Scan(&head); err != nil {
+			t.Fatal(err)
+		}
+		if xid == nil {
+			t.Fatalf("%s: writer allocated (head %d) without an xid", path, head)
+		}
+		// Release the writer for the next round, then take the lock again.
+		if _, err := blocker.Exec(ctx, `COMMIT`); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if _, err := blocker.Exec(ctx, `BEGIN; LOCK TABLE outbox.events IN SHARE MODE`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = blocker.Exec(ctx, `ROLLBACK`)
+}
+
+func TestReadContiguousStopsAtGapAndPassesPlaceholders(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	ob := newOutbox(t, db, outbox.Options{})
+	events := store.NewEvents(db.Schema)
+
+	publish := func(n int) []int64 {
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payloads := make([]any, n)
+		for i := range payloads {
+			payloads[i] = map[string]int{"i": i}
+		}
+		seqs, err := ob.Publish(ctx, tx, "t", payloads...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return seqs
+	}
+	publish(2) // 1, 2
+	// 3 and 4 burned by a rollback.
+	tx, _ := db.Pool.Begin(ctx)
+	if _, err := ob.Publish(ctx, tx, "t", 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback(ctx)
+	publish(1) // 5
+
+	got, err := ob.ReadContiguous(ctx, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1].Sequence != 2 {
+		t.Fatalf("read %v, want 1..2 and a stop before the gap at 3", sequencesOf(got))
+	}
+	// Reading from inside the gap still stops: 4 is missing after 3? No —
+	// after 2 the next needed is 3, which is missing: nothing.
+	if got, _ := ob.ReadContiguous(ctx, 2, 100); len(got) != 0 {
+		t.Fatalf("read after 2 = %v, want nothing while 3 is missing", sequencesOf(got))
+	}
+
+	if _, err := events.InsertPlaceholders(ctx, db.Pool, []int64{3}, store.FilledByFill); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = ob.ReadContiguous(ctx, 2, 100)
+	if len(got) != 1 || !got[0].Placeholder() || got[0].Sequence != 3 {
+		t.Fatalf("read after 2 = %+v, want placeholder 3 then a stop at 4", got)
+	}
+	if _, err := events.InsertPlaceholders(ctx, db.Pool, []int64{4}, store.FilledByCompensate); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = ob.ReadContiguous(ctx, 0, 100)
+	if want := []int64{1, 2, 3, 4, 5}; !equal(sequencesOf(got), want) {
+		t.Fatalf("read = %v, want %v", sequencesOf(got), want)
+	}
+	if got[0].Placeholder() || got[0].Topic != "t" || got[0].XID == nil {
+		t.Fatalf("real event read as %+v", got[0])
+	}
+	if got[3].FilledBy != store.FilledByCompensate || got[3].XID != nil || got[3].Payload != nil {
+		t.Fatalf("placeholder read as %+v", got[3])
+	}
+	// The limit is honoured.
+	if got, _ := ob.ReadContiguous(ctx, 0, 2); len(got) != 2 {
+		t.Fatalf("limit 2 returned %d rows", len(got))
+	}
+}
+
+func TestDeliveryTransitions(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	ob := newOutbox(t, db, outbox.Options{})
+	tenant := "acme"
+	id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "r1", Kind: "email", TenantID: &tenant, Payload: []byte("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ack before delivery is a lost compare-and-set, not a panic.
+	err = ob.Ack(ctx, nil, id)
+	var conflict *outbox.StateConflictError
+	if !errors.As(err, &conflict) || conflict.Actual != "pending" || !errors.Is(err, outbox.ErrLostRace) {
+		t.Fatalf("ack of a pending row: %v", err)
+	}
+
+	tx, _ := db.Pool.Begin(ctx)
+	claimed, err := ob.ClaimPending(ctx, tx, 10)
+	if err != nil || len(claimed) != 1 || claimed[0].ID != id || string(claimed[0].Payload) != "hi" {
+		t.Fatalf("claim: %v %+v", err, claimed)
+	}
+	// A second relay skips the locked row instead of waiting.
+	tx2, _ := db.Pool.Begin(ctx)
+	other, err := ob.ClaimPending(ctx, tx2, 10)
+	if err != nil || len(other) != 0 {
+		t.Fatalf("second claim saw %d rows (err %v), want 0: SKIP LOCKED", len(other), err)
+	}
+	_ = tx2.Rollback(ctx)
+	if err := ob.MarkDelivered(ctx, tx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Ack(ctx, nil, id); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	var attempts int
+	var deliveredAt, ackedAt *time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT state, attempts, delivered_at, acked_at FROM outbox.deliveries WHERE id = $1`, id).
+		Scan(&state, &attempts, &deliveredAt, &ackedAt); err != nil {
+		t.Fatal(err)
+	}
+	if state != "acked" || attempts != 1 || deliveredAt == nil || ackedAt == nil {
+		t.Fatalf("after ack: state=%s attempts=%d delivered_at=%v acked_at=%v", state, attempts, deliveredAt, ackedAt)
+	}
+	if err := ob.MarkDelivered(ctx, nil, 999999); !errors.As(err, &conflict) || conflict.Actual != "" {
+		t.Fatalf("mark of a missing row: %v", err)
+	}
+}
+
+// TestRacingTransitionsHaveOneWinner races two MarkDelivered calls, then two
+// Ack calls, on the same rows from separate connections: each compare-and-set
+// has exactly one winner and one typed loser.
+func TestRacingTransitionsHaveOneWinner(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	ob := newOutbox(t, db, outbox.Options{})
+	const rows = 50
+	ids := make([]int64, rows)
+	for i := range ids {
+		id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "r", Kind: "k", Payload: []byte{byte(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	race := func(name string, op func(int64) error) {
+		for _, id := range ids {
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			for i := range 2 {
+				wg.Add(1)
+				go func() { defer wg.Done(); errs[i] = op(id) }()
+			}
+			wg.Wait()
+			wins, losses := 0, 0
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					wins++
+				case errors.Is(err, outbox.ErrLostRace):
+					losses++
+				default:
+					t.Fatalf("%s %d: unexpected error %v", name, id, err)
+				}
+			}
+			if wins != 1 || losses != 1 {
+				t.Fatalf("%s %d: %d winners, %d losers", name, id, wins, losses)
+			}
+		}
+	}
+	race("MarkDelivered", func(id int64) error { return ob.MarkDelivered(ctx, nil, id) })
+	race("Ack", func(id int64) error { return ob.Ack(ctx, nil, id) })
+	var badAttempts int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.deliveries WHERE attempts <> 1 OR state <> 'acked'`).Scan(&badAttempts); err != nil {
+		t.Fatal(err)
+	}
+	if badAttempts != 0 {
+		t.Fatalf("%d rows delivered twice or not acked", badAttempts)
+	}
+}
+
+func sequencesOf(evs []outbox.Event) []int64 {
+	out := make([]int64, len(evs))
+	for i, e := range evs {
+		out[i] = e.Sequence
+	}
+	return out
+}
+
+func equal(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+var _ = pgx.ErrNoRows

@@ -1,0 +1,290 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Delivery states (deliveries.state).
+const (
+	StatePending   = "pending"
+	StateDelivered = "delivered"
+	StateAcked     = "acked"
+	StateDead      = "dead"
+)
+
+// Delivery is one row of <schema>.deliveries.
+type Delivery struct {
+	ID           int64
+	Recipient    string
+	Kind         string
+	TenantID     *string
+	Payload      []byte
+	State        string
+	Attempts     int
+	Redeliveries int
+	CreatedAt    time.Time
+	DeliveredAt  *time.Time
+	AckedAt      *time.Time
+	DeadAt       *time.Time
+}
+
+// ErrLostRace is matched (errors.Is) by every StateConflictError.
+var ErrLostRace = errors.New("delivery state changed concurrently")
+
+// StateConflictError is a lost compare-and-set: the row was not in the state
+// the transition starts from (another relay, an ack or the sweep moved it).
+type StateConflictError struct {
+	ID     int64
+	From   string // the state the transition required
+	To     string
+	Actual string // the state found, "" when the row does not exist
+}
+
+func (e *StateConflictError) Error() string {
+	actual := e.Actual
+	if actual == "" {
+		actual = "missing"
+	}
+	return fmt.Sprintf("delivery %d: cannot move %s→%s: it is %s", e.ID, e.From, e.To, actual)
+}
+
+func (e *StateConflictError) Is(target error) bool { return target == ErrLostRace }
+
+// Deliveries is the SQL for <schema>.deliveries.
+type Deliveries struct {
+	enqueue       string
+	claim         string
+	markDelivered string
+	ack           string
+	stateOf       string
+}
+
+const deliveryColumns = `id, recipient, kind, tenant_id, payload, state, attempts, redeliveries,
+	created_at, delivered_at, acked_at, dead_at`
+
+// NewDeliveries renders the statements for schema.
+func NewDeliveries(schema Schema) *Deliveries {
+	t := schema.Table("deliveries")
+	return &Deliveries{
+		enqueue: `INSERT INTO ` + t + ` (recipient, kind, tenant_id, payload) VALUES ($1, $2, $3, $4) RETURNING id`,
+		// SKIP LOCKED lets several relays claim disjoint rows without
+		// waiting on each other; the lock lasts as long as the caller's
+		// transaction.
+		claim: `SELECT ` + deliveryColumns + ` FROM ` + t + `
+			WHERE state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`,
+		markDelivered: `UPDATE ` + t + ` SET state = 'delivered', attempts = attempts + 1, delivered_at = now()
+			WHERE id = $1 AND state = 'pending'`,
+		ack:     `UPDATE ` + t + ` SET state = 'acked', acked_at = now() WHERE id = $1 AND state = 'delivered'`,
+		stateOf: `SELECT state FROM ` + t + ` WHERE id = $1`,
+	}
+}
+
+// Enqueue adds a pending delivery and returns its id.
+func (d *Deliveries) Enqueue(ctx context.Context, q Querier, recipient, kind string, tenantID *string, payload []byte) (int64, error) {
+	if payload == nil {
+		payload = []byte{}
+	}
+	var id int64
+	if err := q.QueryRow(ctx, d.enqueue, recipient, kind, tenantID, payload).Scan(&id); err != nil {
+		return 0, fmt.Errorf("enqueue delivery to %s: %w", recipient, err)
+	}
+	return id, nil
+}
+
+// ClaimPending locks up to limit pending rows for the caller's transaction.
+func (d *Deliveries) ClaimPending(ctx context.Context, tx Querier, limit int) ([]Delivery, error) {
+	rows, err := tx.Query(ctx, d.claim, limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim pending deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanDelivery)
+	if err != nil {
+		return nil, fmt.Errorf("claim pending deliveries: %w", err)
+	}
+	return out, nil
+}
+
+func scanDelivery(row pgx.CollectableRow) (Delivery, error) {
+	var r Delivery
+	err := row.Scan(&r.ID, &r.Recipient, &r.Kind, &r.TenantID, &r.Payload, &r.State, &r.Attempts,
+		&r.Redeliveries, &r.CreatedAt, &r.DeliveredAt, &r.AckedAt, &r.DeadAt)
+	return r, err
+}
+
+// MarkDelivered moves a row pending→delivered, counting the attempt and
+// stamping delivered_at (the sweep measures stuck time from it).
+func (d *Deliveries) MarkDelivered(ctx context.Context, q Querier, id int64) error {
+	return d.transition(ctx, q, d.markDelivered, id, StatePending, StateDelivered)
+}
+
+// Ack moves a row delivered→acked.
+func (d *Deliveries) Ack(ctx context.Context, q Querier, id int64) error {
+	return d.transition(ctx, q, d.ack, id, StateDelivered, StateAcked)
+}
+
+// transition runs one compare-and-set and turns "0 rows" into a typed error
+// naming the state actually found.
+func (d *Deliveries) transition(ctx context.Context, q Querier, sql string, id int64, from, to string) error {
+	tag, err := q.Exec(ctx, sql, id)
+	if err != nil {
+		return fmt.Errorf("delivery %d %s→%s: %w", id, from, to, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var actual string
+	if err := q.QueryRow(ctx, d.stateOf, id).Scan(&actual); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("delivery %d %s→%s: read state: %w", id, from, to, err)
+	}
+	return &StateConflictError{ID: id, From: from, To: to, Actual: actual}
+}
+
+// DeliverySweep is the sweep's SQL for <schema>.deliveries (DESIGN §6):
+// set-based resets of stuck rows, the open-work counts and the relay wake.
+// It sits beside the relay's statements so every statement that changes a
+// delivery's state is in this file.
+type DeliverySweep struct {
+	schema Schema
+	reset  string
+	counts string
+	wake   string
+}
+
+// SweepResetTag starts the reset statement's text, so it can be told apart
+// in pg_stat_activity, in pg_stat_statements and by a statement tracer.
+const SweepResetTag = "/* outboxkeeper sweep_reset */"
+
+// NewDeliverySweep renders the sweep's statements for schema.
+func NewDeliverySweep(schema Schema) *DeliverySweep {
+	t := schema.Table("deliveries")
+	// $1 is the stuck threshold in microseconds. The cutoff is taken from
+	// the database clock (now()), not the caller's: delivered_at was
+	// stamped by the same clock, so a skewed Lambda clock cannot make a
+	// fresh delivery look stuck.
+	cutoff := `now() - $1::bigint * interval '1 microsecond'`
+	return &DeliverySweep{
+		schema: schema,
+		// One statement per batch, instead of the reference's list then one
+		// compare-and-set per row:
+		//  - stuck: the oldest stuck deliveries, measured from delivered_at
+		//    (the reference used created_at, so a row created long ago but
+		//    pushed a moment ago looked stuck). FOR UPDATE SKIP LOCKED: a
+		//    concurrent sweep, or a relay acking or marking a row right
+		//    now, holds its rows; we take others instead of waiting, and
+		//    the lock re-checks state = 'delivered' on the latest version,
+		//    so a row acked after our snapshot is dropped here.
+		//    MATERIALIZED keeps the locked set fixed for the statement.
+		//    `dies` is decided under that lock (only the sweep changes
+		//    redeliveries) and $3 = 0 means never.
+		//  - moved: the compare-and-set, on the very delivery judged stuck:
+		//    still delivered AND the same delivered_at. State alone is not
+		//    enough (the reference's CAS has this hole): a row reset by
+		//    another sweep and pushed again by the relay is `delivered`
+		//    once more, and a stale batch would reset that fresh push. With
+		//    delivered_at in the comparison the update is exactly-once even
+		//    without the lock; the lock makes it cheap (no waiting, no
+		//    re-checks), and each guard covers the other.
+		//    `id = ANY (ARRAY(...))` makes the update find its rows through
+		//    the primary key; a plain join to `stuck` lets the planner hash
+		//    the whole table, acked history and all, once per batch.
+		//    A row going back to pending loses its delivered_at: no push is
+		//    in flight, and the relay stamps a fresh one when it marks it
+		//    delivered again. A dead row keeps it, as the time of its last
+		//    push.
+		//  - more: whether stuck rows remain after the last one locked, in
+		//    the (delivered_at, id) order of deliveries_delivered_idx. It
+		//    saves the empty batch that would otherwise end every pass.
+		//    The last row's values are scalar subqueries so the row
+		//    comparison is an index condition (one index-only probe), not a
+		//    join filter over every stuck row. Rows skipped because another
+		//    sweep holds them are that sweep's work and do not count;
+		//    nothing locked means no more.
+		reset: SweepResetTag + `
+			WITH stuck AS MATERIALIZED (
+				SELECT id, delivered_at, ($3::int > 0 AND redeliveries >= $3::int) AS dies
+				FROM ` + t + `
+				WHERE state = 'delivered' AND delivered_at < ` + cutoff + `
+				ORDER BY delivered_at, id
+				LIMIT $2
+				FOR UPDATE SKIP LOCKED
+			), moved AS (
+				UPDATE ` + t + ` AS d SET
+					state        = CASE WHEN stuck.dies THEN 'dead' ELSE 'pending' END,
+					redeliveries = CASE WHEN stuck.dies THEN d.redeliveries ELSE d.redeliveries + 1 END,
+					dead_at      = CASE WHEN stuck.dies THEN now() ELSE d.dead_at END,
+					delivered_at = CASE WHEN stuck.dies THEN d.delivered_at ELSE NULL END
+				FROM stuck
+				WHERE d.id = ANY (ARRAY(SELECT id FROM stuck))
+				  AND d.id = stuck.id AND d.state = 'delivered' AND d.delivered_at = stuck.delivered_at
+				RETURNING d.state
+			), last AS (
+				SELECT delivered_at, id FROM stuck ORDER BY delivered_at DESC, id DESC LIMIT 1
+			)
+			SELECT
+				(SELECT count(*) FROM moved WHERE state = 'pending'),
+				(SELECT count(*) FROM moved WHERE state = 'dead'),
+				EXISTS (SELECT 1 FROM ` + t + ` AS r
+					WHERE r.state = 'delivered' AND r.delivered_at < ` + cutoff + `
+					AND (r.delivered_at, r.id) > ((SELECT delivered_at FROM last), (SELECT id FROM last)))`,
+		// Open work in one statement over the open rows only (the partial
+		// index deliveries_open_created_idx has the same predicate). Stuck
+		// pending rows are counted by created_at: they have not been pushed
+		// for that long, and the sweep does not change them — the wake
+		// tells the relay to drain them.
+		counts: `SELECT
+				count(*) FILTER (WHERE state = 'pending' AND created_at < ` + cutoff + `),
+				count(*),
+				coalesce(extract(epoch FROM now() - min(created_at))::float8, 0)
+			FROM ` + t + ` WHERE state IN ('pending', 'delivered')`,
+		wake: `SELECT pg_notify($1, json_build_object('reset', $2::bigint, 'stuck_pending', $3::bigint)::text)`,
+	}
+}
+
+// SweepBatch is what one reset statement did.
+type SweepBatch struct {
+	Reset int64 // rows put back to pending
+	Dead  int64 // rows that reached the redelivery limit and became dead
+	More  bool  // stuck rows remain after the last one this batch locked
+}
+
+// ResetStuck moves up to limit deliveries that have been delivered for
+// longer than stuckAfter back to pending (redeliveries + 1), or to dead when
+// their redeliveries already reached maxRedeliveries (0: never), in one
+// statement. Concurrent callers touch disjoint rows; each row is moved once.
+func (s *DeliverySweep) ResetStuck(ctx context.Context, q Querier, stuckAfter time.Duration, limit, maxRedeliveries int) (SweepBatch, error) {
+	var b SweepBatch
+	if err := q.QueryRow(ctx, s.reset, stuckAfter.Microseconds(), limit, maxRedeliveries).Scan(&b.Reset, &b.Dead, &b.More); err != nil {
+		return SweepBatch{}, fmt.Errorf("reset stuck deliveries (limit %d): %w", limit, err)
+	}
+	return b, nil
+}
+
+// OpenCounts describes the open deliveries (pending or delivered).
+type OpenCounts struct {
+	StuckPending  int64   // pending, created longer than the threshold ago
+	Open          int64   // pending + delivered
+	OldestOpenAge float64 // seconds since the oldest open row was created, 0 if none
+}
+
+// CountOpen reads the open-work figures in one statement.
+func (s *DeliverySweep) CountOpen(ctx context.Context, q Querier, stuckAfter time.Duration) (OpenCounts, error) {
+	var c OpenCounts
+	if err := q.QueryRow(ctx, s.counts, stuckAfter.Microseconds()).Scan(&c.StuckPending, &c.Open, &c.OldestOpenAge); err != nil {
+		return OpenCounts{}, fmt.Errorf("count open deliveries: %w", err)
+	}
+	return c, nil
+}
+
+// Wake notifies <schema>_deliveries with {"reset":R,"stuck_pending":P}, so a
+// LISTENing relay drains at once instead of at its next poll.
+func (s *DeliverySweep) Wake(ctx context.Context, q Querier, reset, stuckPending int64) error {
+	if _, err := q.Exec(ctx, s.wake, s.schema.DeliveriesChannel(), reset, stuckPending); err != nil {
+		return fmt.Errorf("wake relay on %s: %w", s.schema.DeliveriesChannel(), err)
+	}
+	return nil
+}

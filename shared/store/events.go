@@ -1,0 +1,197 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Who wrote a placeholder (events.filled_by).
+const (
+	FilledByFill       = "fill"
+	FilledByCompensate = "compensate"
+)
+
+// Event is one row of <schema>.events.
+type Event struct {
+	Sequence   int64
+	XID        *uint64 // nil for placeholders
+	Topic      string  // empty for placeholders
+	Payload    json.RawMessage
+	Headers    json.RawMessage
+	RecordedAt time.Time
+	FilledBy   string // empty for real events
+}
+
+// Placeholder says the row marks an abandoned sequence; consumers skip it.
+func (e Event) Placeholder() bool { return e.FilledBy != "" }
+
+// Events is the SQL for <schema>.events and its sequence.
+type Events struct {
+	schema Schema
+
+	publish        string
+	readContiguous string
+	readPage       string
+	head           string
+	lowest         string
+	fill           string
+	notify         string
+}
+
+// NewEvents renders the statements for schema.
+func NewEvents(schema Schema) *Events {
+	t := schema.Table("events")
+	return &Events{
+		schema: schema,
+		// publish_batch takes the xid before it allocates (DESIGN §3.1).
+		// The xid is read back in the same statement (publish_batch has
+		// assigned it by then) so the caller can report a rollback exactly.
+		publish: `SELECT s, pg_current_xact_id()::text FROM ` + schema.Table("publish_batch") + `($1, $2::jsonb[], $3) AS s`,
+		// Rows after the cursor up to, never past, the first missing
+		// sequence: in a contiguous run sequence - row_number() is constant,
+		// so the first row where it drifts is the first gap.
+		readContiguous: `SELECT sequence, xid::text, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
+			FROM (SELECT *, sequence - row_number() OVER (ORDER BY sequence) AS drift
+			      FROM (SELECT * FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2) page) numbered
+			WHERE drift = $1 ORDER BY sequence`,
+		readPage: `SELECT sequence FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2`,
+		head:     `SELECT ` + schema.Table("allocation_head") + `()`,
+		lowest:   `SELECT coalesce(min(sequence), 0) FROM ` + t,
+		// DESIGN §3.5: never overwrite. DO NOTHING keeps a committed row (or
+		// another path's placeholder) and returns only what this call wrote.
+		fill: `INSERT INTO ` + t + ` (sequence, filled_by)
+			SELECT s, $2 FROM unnest($1::bigint[]) AS s
+			ON CONFLICT (sequence) DO NOTHING
+			RETURNING sequence`,
+		notify: `SELECT pg_notify($1, json_build_object('min', $2::bigint, 'max', $3::bigint)::text)`,
+	}
+}
+
+// Publish allocates one sequence per payload in tx and inserts the rows, in
+// one statement, returning the sequences in order and the transaction's xid.
+// The xid is assigned before any allocation (DESIGN §3.1).
+func (e *Events) Publish(ctx context.Context, tx Querier, topic string, payloads [][]byte, headers []byte) ([]int64, uint64, error) {
+	docs := make([]string, len(payloads))
+	for i, p := range payloads {
+		docs[i] = string(p)
+	}
+	var hdr any
+	if headers != nil {
+		hdr = string(headers)
+	}
+	rows, err := tx.Query(ctx, e.publish, topic, docs, hdr)
+	if err != nil {
+		return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
+	}
+	var xid uint64
+	seqs := make([]int64, 0, len(payloads))
+	for rows.Next() {
+		var seq int64
+		var x string
+		if err := rows.Scan(&seq, &x); err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
+		}
+		if xid, err = strconv.ParseUint(x, 10, 64); err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("publish to %s: xid %q: %w", topic, x, err)
+		}
+		seqs = append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
+	}
+	return seqs, xid, nil
+}
+
+// ReadContiguous returns up to limit events after the cursor, in order,
+// stopping before the first missing sequence.
+func (e *Events) ReadContiguous(ctx context.Context, q Querier, after int64, limit int) ([]Event, error) {
+	rows, err := q.Query(ctx, e.readContiguous, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", after, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
+		var ev Event
+		var xid *string
+		if err := row.Scan(&ev.Sequence, &xid, &ev.Topic, &ev.Payload, &ev.Headers, &ev.RecordedAt, &ev.FilledBy); err != nil {
+			return ev, err
+		}
+		if xid != nil {
+			v, err := strconv.ParseUint(*xid, 10, 64)
+			if err != nil {
+				return ev, fmt.Errorf("xid %q: %w", *xid, err)
+			}
+			ev.XID = &v
+		}
+		return ev, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", after, err)
+	}
+	return out, nil
+}
+
+// PresentAfter returns the sequences present after `after`, at most limit of
+// them, in index order: one page of the fill's forward scan.
+func (e *Events) PresentAfter(ctx context.Context, q Querier, after int64, limit int) ([]int64, error) {
+	rows, err := q.Query(ctx, e.readPage, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read page after %d: %w", after, err)
+	}
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read page after %d: %w", after, err)
+	}
+	return seqs, nil
+}
+
+// Head is the allocation head: the last sequence handed to any writer, 0
+// before the first.
+func (e *Events) Head(ctx context.Context, q Querier) (int64, error) {
+	var h int64
+	if err := q.QueryRow(ctx, e.head).Scan(&h); err != nil {
+		return 0, fmt.Errorf("read allocation head: %w", err)
+	}
+	return h, nil
+}
+
+// Lowest is the lowest present sequence, 0 for an empty table.
+func (e *Events) Lowest(ctx context.Context, q Querier) (int64, error) {
+	var l int64
+	if err := q.QueryRow(ctx, e.lowest).Scan(&l); err != nil {
+		return 0, fmt.Errorf("read lowest sequence: %w", err)
+	}
+	return l, nil
+}
+
+// InsertPlaceholders writes a placeholder for each sequence that is still
+// missing, in one statement, and returns the sequences it wrote. The caller
+// has proved every one of them abandoned (DESIGN §3).
+func (e *Events) InsertPlaceholders(ctx context.Context, q Querier, sequences []int64, filledBy string) ([]int64, error) {
+	if len(sequences) == 0 {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, e.fill, sequences, filledBy)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d placeholders: %w", len(sequences), err)
+	}
+	wrote, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("insert %d placeholders: %w", len(sequences), err)
+	}
+	return wrote, nil
+}
+
+// NotifyFilled tells listeners on <schema>_events that [min, max] was filled.
+func (e *Events) NotifyFilled(ctx context.Context, q Querier, min, max int64) error {
+	if _, err := q.Exec(ctx, e.notify, e.schema.EventsChannel(), min, max); err != nil {
+		return fmt.Errorf("notify filled %d..%d: %w", min, max, err)
+	}
+	return nil
+}
