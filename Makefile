@@ -31,14 +31,18 @@ migrate: stack-up
 	$(WITH_STACK) $(GO) run ./infra/cmd/migrate
 
 # The README's test command: starts what it needs, then runs every layer.
-.PHONY: test test-go vet
-test: stack-up vet test-go
+.PHONY: test test-go test-template vet
+test: stack-up vet test-go test-template
 
 vet:
 	$(GO) vet ./...
 
 test-go:
 	$(WITH_STACK) $(GO) test -count=1 -timeout 15m ./...
+
+# cfn-lint (no errors, no warnings) and `sam build` from a pinned virtualenv.
+test-template:
+	bash infra/deploy/check.sh
 
 .PHONY: bench
 bench: stack-up

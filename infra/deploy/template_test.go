@@ -1,0 +1,617 @@
+// Package deploy holds the deployment checks: structural assertions on
+// template.yaml that cfn-lint cannot know (they depend on this project's
+// Makefile and configuration code). infra/deploy/check.sh runs cfn-lint and
+// `sam build`.
+package deploy
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"gopkg.in/yaml.v3"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
+)
+
+const (
+	templatePath = "../../template.yaml"
+	makefilePath = "../../Makefile"
+)
+
+// --- Reading CloudFormation YAML ---------------------------------------------
+
+// decode turns a YAML node into plain Go values, rewriting the short-form
+// tags (!Ref, !Sub, !GetAtt, ...) into their long form ({"Ref": x},
+// {"Fn::Sub": x}, ...) so the checks see one shape whichever form is used.
+func decode(n *yaml.Node) (any, error) {
+	if n.Kind == yaml.DocumentNode {
+		return decode(n.Content[0])
+	}
+	if n.Kind == yaml.AliasNode {
+		return decode(n.Alias)
+	}
+	var v any
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i < len(n.Content); i += 2 {
+			val, err := decode(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			m[n.Content[i].Value] = val
+		}
+		v = m
+	case yaml.SequenceNode:
+		l := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			val, err := decode(c)
+			if err != nil {
+				return nil, err
+			}
+			l = append(l, val)
+		}
+		v = l
+	case yaml.ScalarNode:
+		// Keep scalars as the strings CloudFormation hands to Lambda (an
+		// environment value 1000 is the string "1000").
+		v = n.Value
+	}
+	if !strings.HasPrefix(n.Tag, "!") || strings.HasPrefix(n.Tag, "!!") {
+		return v, nil
+	}
+	fn := strings.TrimPrefix(n.Tag, "!")
+	switch fn {
+	case "Ref", "Condition":
+		return map[string]any{fn: v}, nil
+	case "GetAtt":
+		if s, ok := v.(string); ok {
+			// !GetAtt A.B is the list [A, B].
+			res, attr, _ := strings.Cut(s, ".")
+			v = []any{res, attr}
+		}
+	}
+	return map[string]any{"Fn::" + fn: v}, nil
+}
+
+type template struct {
+	Parameters map[string]any
+	Conditions map[string]any
+	Globals    map[string]any
+	Resources  map[string]any
+}
+
+func loadTemplate(t *testing.T, text string) *template {
+	t.Helper()
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(text), &root); err != nil {
+		t.Fatalf("template.yaml: %v", err)
+	}
+	v, err := decode(&root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := v.(map[string]any)
+	tpl := &template{}
+	tpl.Parameters, _ = doc["Parameters"].(map[string]any)
+	tpl.Conditions, _ = doc["Conditions"].(map[string]any)
+	tpl.Globals, _ = doc["Globals"].(map[string]any)
+	tpl.Resources, _ = doc["Resources"].(map[string]any)
+	return tpl
+}
+
+func get(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+func (tpl *template) functions() []string {
+	var ids []string
+	for id, r := range tpl.Resources {
+		if get(r, "Type") == "AWS::Serverless::Function" {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// property reads a function property, falling back to Globals.Function as
+// SAM does.
+func (tpl *template) property(fn, name string) any {
+	if v := get(tpl.Resources[fn], "Properties", name); v != nil {
+		return v
+	}
+	return get(tpl.Globals, "Function", name)
+}
+
+func (tpl *template) events(fn, typ string) []map[string]any {
+	var out []map[string]any
+	evs, _ := get(tpl.Resources[fn], "Properties", "Events").(map[string]any)
+	for _, e := range evs {
+		if get(e, "Type") == typ {
+			props, _ := get(e, "Properties").(map[string]any)
+			out = append(out, props)
+		}
+	}
+	return out
+}
+
+// --- Evaluating conditions and values for one set of parameter values --------
+
+// scenario is one deployment: parameter values over the defaults.
+type scenario struct {
+	name   string
+	params map[string]string
+}
+
+type evaluator struct {
+	tpl    *template
+	params map[string]string
+}
+
+func (tpl *template) evaluator(sc scenario) *evaluator {
+	params := map[string]string{
+		"AWS::Region":    "eu-west-1",
+		"AWS::AccountId": "123456789012",
+		"AWS::Partition": "aws",
+		"AWS::StackName": "outboxkeeper",
+	}
+	for name, p := range tpl.Parameters {
+		if d, ok := get(p, "Default").(string); ok {
+			params[name] = d
+		}
+	}
+	for k, v := range sc.params {
+		params[k] = v
+	}
+	return &evaluator{tpl: tpl, params: params}
+}
+
+func (e *evaluator) condition(name string) bool {
+	c, ok := e.tpl.Conditions[name]
+	if !ok {
+		panic("unknown condition " + name)
+	}
+	return e.truth(c)
+}
+
+func (e *evaluator) truth(v any) bool {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) != 1 {
+		panic(fmt.Sprintf("not a condition: %v", v))
+	}
+	for fn, arg := range m {
+		args, _ := arg.([]any)
+		switch fn {
+		case "Condition":
+			return e.condition(arg.(string))
+		case "Fn::Not":
+			return !e.truth(args[0])
+		case "Fn::And":
+			for _, a := range args {
+				if !e.truth(a) {
+					return false
+				}
+			}
+			return true
+		case "Fn::Or":
+			for _, a := range args {
+				if e.truth(a) {
+					return true
+				}
+			}
+			return false
+		case "Fn::Equals":
+			return e.str(args[0]) == e.str(args[1])
+		}
+		panic("unsupported condition function " + fn)
+	}
+	return false
+}
+
+// noValue marks AWS::NoValue: the property or variable is left out.
+type noValue struct{}
+
+// value resolves Fn::If and AWS::NoValue, leaving other values as they are.
+func (e *evaluator) value(v any) any {
+	if m, ok := v.(map[string]any); ok && len(m) == 1 {
+		if args, ok := m["Fn::If"].([]any); ok {
+			if e.condition(args[0].(string)) {
+				return e.value(args[1])
+			}
+			return e.value(args[2])
+		}
+		if m["Ref"] == "AWS::NoValue" {
+			return noValue{}
+		}
+	}
+	return v
+}
+
+var subVar = regexp.MustCompile(`\$\{([^}!]+)\}`)
+
+// str renders a value as the string CloudFormation would produce. Resources
+// stand for themselves: a queue's Ref is an SQS URL, anything else its ID.
+func (e *evaluator) str(v any) string {
+	v = e.value(v)
+	switch x := v.(type) {
+	case string:
+		return x
+	case map[string]any:
+		if ref, ok := x["Ref"].(string); ok {
+			return e.ref(ref)
+		}
+		if s, ok := x["Fn::Sub"].(string); ok {
+			return subVar.ReplaceAllStringFunc(s, func(m string) string {
+				return e.ref(subVar.FindStringSubmatch(m)[1])
+			})
+		}
+		if args, ok := x["Fn::Join"].([]any); ok {
+			var parts []string
+			switch list := e.value(args[1]).(type) {
+			case []any:
+				for _, p := range list {
+					parts = append(parts, e.str(p))
+				}
+			default:
+				parts = append(parts, e.str(list))
+			}
+			return strings.Join(parts, args[0].(string))
+		}
+	}
+	panic(fmt.Sprintf("cannot render %v", v))
+}
+
+func (e *evaluator) ref(name string) string {
+	if v, ok := e.params[name]; ok {
+		return v
+	}
+	if r, ok := e.tpl.Resources[name]; ok {
+		if get(r, "Type") == "AWS::SQS::Queue" {
+			return "https://sqs.eu-west-1.amazonaws.com/123456789012/outboxkeeper-" + name
+		}
+		return name
+	}
+	panic("unknown reference " + name)
+}
+
+// environment is a function's effective variables: Globals merged with its
+// own, as SAM merges them, with conditions resolved.
+func (e *evaluator) environment(fn string) map[string]string {
+	env := map[string]string{}
+	for _, src := range []any{
+		get(e.tpl.Globals, "Function", "Environment", "Variables"),
+		get(e.tpl.Resources[fn], "Properties", "Environment", "Variables"),
+	} {
+		vars, _ := src.(map[string]any)
+		for name, v := range vars {
+			if _, skip := e.value(v).(noValue); skip {
+				delete(env, name)
+				continue
+			}
+			env[name] = e.str(v)
+		}
+	}
+	return env
+}
+
+// --- The checks ------------------------------------------------------------
+// Each returns the problems it finds, so the mutation test below can prove
+// that it does find them.
+
+var makeTarget = regexp.MustCompile(`(?m)^build-([A-Za-z0-9]+):`)
+
+func checkMakefileTargets(tpl *template, makefile string) []string {
+	targets := map[string]bool{}
+	for _, m := range makeTarget.FindAllStringSubmatch(makefile, -1) {
+		targets[m[1]] = true
+	}
+	var problems []string
+	for _, fn := range tpl.functions() {
+		if get(tpl.Resources[fn], "Metadata", "BuildMethod") != "makefile" {
+			problems = append(problems, fn+": Metadata.BuildMethod is not makefile")
+		}
+		if !targets[fn] {
+			problems = append(problems, fn+": no build-"+fn+" target in the Makefile")
+		}
+	}
+	return problems
+}
+
+func number(v any) (int, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil
+}
+
+// checkQueueConsumers: every SQS-triggered function reports partial batch
+// failures, and its queue's visibility timeout is at least six times the
+// function's timeout (AWS's guidance for Lambda event sources).
+func checkQueueConsumers(tpl *template) []string {
+	var problems []string
+	consumers := 0
+	for _, fn := range tpl.functions() {
+		for _, ev := range tpl.events(fn, "SQS") {
+			consumers++
+			if types, _ := ev["FunctionResponseTypes"].([]any); !slices.Contains(types, any("ReportBatchItemFailures")) {
+				problems = append(problems, fn+": SQS event lacks FunctionResponseTypes ReportBatchItemFailures")
+			}
+			arn, _ := get(ev, "Queue", "Fn::GetAtt").([]any)
+			if len(arn) != 2 || arn[1] != "Arn" {
+				problems = append(problems, fn+": SQS event Queue is not !GetAtt <queue>.Arn")
+				continue
+			}
+			queue := arn[0].(string)
+			timeout, ok1 := number(tpl.property(fn, "Timeout"))
+			visibility, ok2 := number(get(tpl.Resources[queue], "Properties", "VisibilityTimeout"))
+			if !ok1 || !ok2 {
+				problems = append(problems, fn+": Timeout or "+queue+".VisibilityTimeout is not a literal number")
+				continue
+			}
+			if visibility < 6*timeout {
+				problems = append(problems, fmt.Sprintf("%s: VisibilityTimeout %d < 6 x %s Timeout %d", queue, visibility, fn, timeout))
+			}
+		}
+	}
+	if consumers == 0 {
+		problems = append(problems, "no function has an SQS event (CompensateFunction should)")
+	}
+	return problems
+}
+
+// checkScheduled: a scheduled pass runs one at a time.
+func checkScheduled(tpl *template) []string {
+	var problems []string
+	scheduled := 0
+	for _, fn := range tpl.functions() {
+		if len(tpl.events(fn, "ScheduleV2"))+len(tpl.events(fn, "Schedule")) == 0 {
+			continue
+		}
+		scheduled++
+		if n, _ := number(tpl.property(fn, "ReservedConcurrentExecutions")); n != 1 {
+			problems = append(problems, fn+": scheduled, but ReservedConcurrentExecutions is not 1")
+		}
+	}
+	if scheduled < 2 {
+		problems = append(problems, "fewer than two scheduled functions (FillFunction and SweepFunction should be)")
+	}
+	return problems
+}
+
+// shortName maps a logical ID to the name config.Variables uses.
+func shortName(fn string) string { return strings.ToLower(strings.TrimSuffix(fn, "Function")) }
+
+var scenarios = []scenario{
+	{name: "secret", params: map[string]string{
+		"DatabaseSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:outbox-AbCdEf",
+	}},
+	{name: "iam", params: map[string]string{
+		"DatabaseSecretArn":  "",
+		"DatabaseHost":       "outbox.proxy-abc.eu-west-1.rds.amazonaws.com",
+		"DatabaseUser":       "outboxkeeper",
+		"DatabaseResourceId": "prx-0123456789abcdef0",
+	}},
+}
+
+// checkEnvironment: in every database mode, each function gets only
+// variables the configuration reads for it, everything it requires, and
+// values that the configuration accepts; with the parameters' defaults the
+// tunables equal the code's defaults.
+func checkEnvironment(tpl *template) []string {
+	used := map[string][]string{}
+	for _, v := range config.Variables() {
+		used[v.Name] = v.UsedBy
+	}
+	var problems []string
+	for _, sc := range scenarios {
+		e := tpl.evaluator(sc)
+		for _, fn := range tpl.functions() {
+			short := shortName(fn)
+			where := fmt.Sprintf("%s (%s)", fn, sc.name)
+			env := e.environment(fn)
+			for name := range env {
+				if !slices.Contains(used[name], short) {
+					problems = append(problems, fmt.Sprintf("%s: sets %s, which the %s configuration does not read", where, name, short))
+				}
+			}
+			_, hasURL := env["DATABASE_URL"]
+			_, hasSecret := env["DATABASE_SECRET_ARN"]
+			switch {
+			case sc.name == "secret" && (!hasSecret || hasURL):
+				problems = append(problems, where+": want DATABASE_SECRET_ARN and no DATABASE_URL")
+			case sc.name == "iam" && (!hasURL || hasSecret || env["DATABASE_IAM_AUTH"] != "true"):
+				problems = append(problems, where+": want DATABASE_URL, DATABASE_IAM_AUTH=true and no DATABASE_SECRET_ARN")
+			}
+			lookup := config.FromMap(env)
+			db, err := config.LoadDatabase(lookup)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", where, err))
+			}
+			if sc.name == "iam" && !strings.Contains(db.URL, "sslmode=require") {
+				problems = append(problems, where+": the IAM DATABASE_URL must require TLS")
+			}
+			defaults := config.FromMap(nil)
+			var got, want any
+			switch short {
+			case "fill":
+				got, err = config.LoadFill(lookup)
+				want, _ = config.LoadFill(defaults)
+			case "sweep":
+				got, err = config.LoadSweep(lookup)
+				want, _ = config.LoadSweep(defaults)
+			case "compensate":
+				var c config.Compensate
+				c, err = config.LoadCompensate(lookup)
+				if c.DLQURL == "" {
+					problems = append(problems, where+": COMPENSATE_DLQ_URL is not set")
+				}
+				c.DLQURL = ""
+				got = c
+				want, _ = config.LoadCompensate(defaults)
+			default:
+				problems = append(problems, where+": unknown function; teach this test its configuration")
+				continue
+			}
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", where, err))
+			} else if !reflect.DeepEqual(got, want) {
+				problems = append(problems, fmt.Sprintf("%s: parameter defaults give %+v, the code's defaults are %+v", where, got, want))
+			}
+		}
+	}
+	return problems
+}
+
+func allChecks(tpl *template, makefile string) []string {
+	var p []string
+	p = append(p, checkMakefileTargets(tpl, makefile)...)
+	p = append(p, checkQueueConsumers(tpl)...)
+	p = append(p, checkScheduled(tpl)...)
+	p = append(p, checkEnvironment(tpl)...)
+	return p
+}
+
+// --- Tests -------------------------------------------------------------------
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.FromSlash(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestTemplate(t *testing.T) {
+	tpl := loadTemplate(t, read(t, templatePath))
+	makefile := read(t, makefilePath)
+	if got := tpl.functions(); !reflect.DeepEqual(got, []string{"CompensateFunction", "FillFunction", "SweepFunction"}) {
+		t.Fatalf("functions = %v", got)
+	}
+	for name, problems := range map[string][]string{
+		"makefile targets": checkMakefileTargets(tpl, makefile),
+		"queue consumers":  checkQueueConsumers(tpl),
+		"scheduled":        checkScheduled(tpl),
+		"environment":      checkEnvironment(tpl),
+	} {
+		for _, p := range problems {
+			t.Errorf("%s: %s", name, p)
+		}
+	}
+}
+
+// TestChecksCatchBreakage breaks the template (or the Makefile) in one way
+// at a time and expects the checks to notice, so a check that silently
+// passes everything cannot go unnoticed.
+func TestChecksCatchBreakage(t *testing.T) {
+	text, makefile := read(t, templatePath), read(t, makefilePath)
+	cases := []struct {
+		name          string
+		old, new      string
+		breakMakefile bool
+		want          string
+	}{
+		{name: "missing make target", old: "build-SweepFunction:", new: "build-Sweep:", breakMakefile: true,
+			want: "no build-SweepFunction target"},
+		{name: "visibility below 6x timeout", old: "VisibilityTimeout: 180", new: "VisibilityTimeout: 179",
+			want: "VisibilityTimeout 179 < 6 x CompensateFunction Timeout 30"},
+		{name: "global timeout raised", old: "    Timeout: 30\n", new: "    Timeout: 31\n",
+			want: "< 6 x CompensateFunction Timeout 31"},
+		{name: "no partial batch response", old: "FunctionResponseTypes: [ReportBatchItemFailures]", new: "FunctionResponseTypes: []",
+			want: "lacks FunctionResponseTypes"},
+		{name: "scheduled without reserved concurrency",
+			old: "      # One pass at a time: a second would only wait on the lease.\n      ReservedConcurrentExecutions: 1\n", new: "",
+			want: "FillFunction: scheduled, but ReservedConcurrentExecutions is not 1"},
+		{name: "variable no function reads", old: "FILL_GRACE: !Ref FillGrace", new: "FILL_GRACE: !Ref FillGrace\n          FILL_TYPO: x",
+			want: "sets FILL_TYPO"},
+		{name: "variable for another function", old: "SWEEP_PASS_BUDGET: !Ref SweepPassBudget", new: "SWEEP_PASS_BUDGET: !Ref SweepPassBudget\n          FILL_GRACE: 2s",
+			want: "SweepFunction (secret): sets FILL_GRACE"},
+		{name: "secret not passed", old: "DATABASE_SECRET_ARN: !If [UseSecret, !Ref DatabaseSecretArn, !Ref AWS::NoValue]", new: "",
+			want: "want DATABASE_SECRET_ARN"},
+		{name: "IAM flag not passed", old: `DATABASE_IAM_AUTH: !If [UseIamAuth, "true", !Ref AWS::NoValue]`, new: "",
+			want: "want DATABASE_URL, DATABASE_IAM_AUTH=true"},
+		{name: "IAM URL without TLS", old: "?sslmode=require", new: "",
+			want: "must require TLS"},
+		{name: "DLQ URL not passed", old: "COMPENSATE_DLQ_URL: !Ref RollbackReportDLQ", new: "",
+			want: "COMPENSATE_DLQ_URL is not set"},
+		{name: "default differs from the code", old: "    Default: 2s\n    AllowedPattern: \"^[0-9]+(\\\\.[0-9]+)?(ms|s|m|h)$\"\n    Description: FILL_GRACE",
+			new:  "    Default: 3s\n    AllowedPattern: \"^[0-9]+(\\\\.[0-9]+)?(ms|s|m|h)$\"\n    Description: FILL_GRACE",
+			want: "parameter defaults give"},
+		{name: "invalid value", old: "Default: 500ms", new: "Default: soon",
+			want: "COMPENSATE_RETRY_INTERVAL"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tplText, mk := text, makefile
+			target := &tplText
+			if c.breakMakefile {
+				target = &mk
+			}
+			if strings.Count(*target, c.old) != 1 {
+				t.Fatalf("the mutation's anchor %q must occur exactly once", c.old)
+			}
+			*target = strings.Replace(*target, c.old, c.new, 1)
+			problems := allChecks(loadTemplate(t, tplText), mk)
+			for _, p := range problems {
+				if strings.Contains(p, c.want) {
+					return
+				}
+			}
+			t.Fatalf("no problem mentions %q; got %q", c.want, problems)
+		})
+	}
+}
+
+// TestSampleEvents keeps events/ usable with `sam local invoke -e`: the
+// scheduled input is what the template sends, and the envelopes decode
+// into aws-lambda-go's types.
+func TestSampleEvents(t *testing.T) {
+	tpl := loadTemplate(t, read(t, templatePath))
+	schedule := strings.TrimSpace(read(t, "../../events/schedule.json"))
+	for _, fn := range []string{"FillFunction", "SweepFunction"} {
+		evs := tpl.events(fn, "ScheduleV2")
+		if len(evs) != 1 || evs[0]["Input"] != schedule {
+			t.Errorf("%s: schedule Input differs from events/schedule.json %s", fn, schedule)
+		}
+	}
+	var cw events.CloudWatchEvent
+	if err := json.Unmarshal([]byte(read(t, "../../events/scheduled-event.json")), &cw); err != nil || cw.DetailType != "Scheduled Event" || cw.Source != "aws.events" {
+		t.Errorf("events/scheduled-event.json: %+v, %v", cw, err)
+	}
+	var sqs events.SQSEvent
+	if err := json.Unmarshal([]byte(read(t, "../../events/sqs.json")), &sqs); err != nil {
+		t.Fatal(err)
+	}
+	valid := 0
+	for _, r := range sqs.Records {
+		if r.EventSource != "aws:sqs" || r.MessageId == "" || r.Attributes["ApproximateReceiveCount"] == "" {
+			t.Errorf("record %s lacks what the handler reads", r.MessageId)
+		}
+		if json.Valid([]byte(r.Body)) {
+			valid++
+		}
+	}
+	if len(sqs.Records) != 2 || valid != 1 {
+		t.Errorf("events/sqs.json: want one valid and one malformed report, got %d records, %d valid", len(sqs.Records), valid)
+	}
+}

@@ -1,0 +1,142 @@
+// Package pg opens the functions' connection pool, and resolves how it
+// authenticates: a plain DATABASE_URL, a Secrets Manager secret
+// (DATABASE_SECRET_ARN), or an RDS IAM token per connection
+// (DATABASE_IAM_AUTH).
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
+)
+
+// Options shape a pool beyond what the environment says.
+type Options struct {
+	// ApplicationName shows in pg_stat_activity, so an operator can tell
+	// which function holds a connection (and the fill pass can tell its own
+	// sessions from the writers it waits for).
+	ApplicationName string
+	// AWS is the SDK configuration for Secrets Manager and RDS IAM tokens.
+	// Nil: loaded from the environment (the Lambda role) when needed, and
+	// only then, so the plain-URL path never touches AWS.
+	AWS *aws.Config
+	// Secrets overrides the Secrets Manager client (tests).
+	Secrets SecretsClient
+}
+
+// NewPool opens a pool sized for one Lambda execution environment: it runs
+// one invocation at a time, and each pass uses one connection at a time, so
+// two connections cover a pass plus one spare for a re-dial after a drop.
+// The pool lives across invocations of a warm environment. It connects
+// lazily: the first query dials.
+func NewPool(ctx context.Context, db config.Database, opts Options) (*pgxpool.Pool, error) {
+	pc, err := PoolConfig(ctx, db, opts)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	return pool, nil
+}
+
+// PoolConfig resolves the connection settings without dialling: the secret
+// is read here (once, at init), and with IAM auth the returned config signs
+// a fresh token in BeforeConnect for every new connection.
+func PoolConfig(ctx context.Context, db config.Database, opts Options) (*pgxpool.Config, error) {
+	connString, variable := db.URL, "DATABASE_URL"
+	if db.SecretARN != "" {
+		variable = "DATABASE_SECRET_ARN"
+		client := opts.Secrets
+		if client == nil {
+			cfg, err := loadAWS(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			client = secretsmanager.NewFromConfig(cfg)
+		}
+		var err error
+		if connString, err = FetchSecret(ctx, client, db.SecretARN); err != nil {
+			return nil, err
+		}
+	}
+	pc, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		// pgx's message can quote the password; name the variable instead.
+		return nil, fmt.Errorf("config: %s: not a valid connection string", variable)
+	}
+	if db.SecretARN != "" || db.IAMAuth {
+		// A password or a token must not cross the network in clear text.
+		if err := requireTLS(&pc.ConnConfig.Config); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", variable, err)
+		}
+	}
+	if db.IAMAuth {
+		cfg, err := loadAWS(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		pc.BeforeConnect = iamToken(cfg)
+		// A token is valid for 15 minutes for *opening* a connection; an
+		// open connection outlives it, so the lifetime below is unaffected.
+	}
+	pc.MaxConns = 2
+	pc.MinConns = 0
+	// A frozen environment's idle sockets may be dropped by a NAT or by RDS
+	// Proxy; do not keep them long, and check them before reuse.
+	pc.MaxConnIdleTime = 5 * time.Minute
+	pc.MaxConnLifetime = 30 * time.Minute
+	pc.HealthCheckPeriod = time.Minute
+	if opts.ApplicationName != "" {
+		// A startup parameter, not a SET: nothing session-level that would
+		// pin an RDS Proxy connection.
+		pc.ConnConfig.RuntimeParams["application_name"] = opts.ApplicationName
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	return pc, nil
+}
+
+func loadAWS(ctx context.Context, opts Options) (aws.Config, error) {
+	if opts.AWS != nil {
+		return *opts.AWS, nil
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// requireTLS turns pgx's sslmode into "TLS or nothing". pgx expresses
+// sslmode as a first attempt plus fallbacks: prefer (also what an absent
+// sslmode means) is TLS then plain, allow is plain then TLS. Dropping every
+// plain attempt yields require; verify-ca and verify-full have none to drop
+// and keep their verification. Only sslmode=disable is left with nothing,
+// and is refused rather than silently upgraded.
+func requireTLS(c *pgconn.Config) error {
+	attempts := append([]*pgconn.FallbackConfig{{Host: c.Host, Port: c.Port, TLSConfig: c.TLSConfig}}, c.Fallbacks...)
+	var tls []*pgconn.FallbackConfig
+	for _, a := range attempts {
+		if a.TLSConfig != nil {
+			tls = append(tls, a)
+		}
+	}
+	if len(tls) == 0 {
+		return errors.New("sslmode=disable: a database password or IAM token must travel over TLS; use sslmode=require or stronger")
+	}
+	c.Host, c.Port, c.TLSConfig = tls[0].Host, tls[0].Port, tls[0].TLSConfig
+	c.Fallbacks = tls[1:]
+	return nil
+}
