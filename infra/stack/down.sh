@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Stops exactly what up.sh started, found by pid file / data dir; never by
+# process name. Idempotent: stopping a stopped stack is fine.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+log() { printf 'down: %s\n' "$*" >&2; }
+
+# fauxqs
+if pid_alive "$PIDS/fauxqs.pid" fauxqs; then
+  pid=$(<"$PIDS/fauxqs.pid")
+  log "stopping fauxqs (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+fi
+rm -f "$PIDS/fauxqs.pid"
+
+# PostgreSQL: pg_ctl, as the user that owns the cluster, knows its own pid.
+data="$(pg_dir)/data"
+if [[ -d "$data" ]] && as_pg "$PG_BIN/pg_ctl" status -D "$data" >/dev/null 2>&1; then
+  log "stopping postgres ($data)"
+  as_pg "$PG_BIN/pg_ctl" stop -D "$data" -m fast -w >/dev/null
+fi
+rm -f "$PIDS/postgres.pid"
+log "stack is down"

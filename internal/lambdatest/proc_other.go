@@ -1,0 +1,7 @@
+//go:build !linux
+
+package lambdatest
+
+import "os/exec"
+
+func setProcAttr(*exec.Cmd) {}
