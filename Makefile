@@ -31,14 +31,19 @@ migrate: stack-up
 	$(WITH_STACK) $(GO) run ./infra/cmd/migrate
 
 # The README's test command: starts what it needs, then runs every layer.
-.PHONY: test test-go test-template vet
-test: stack-up vet test-go test-template
+.PHONY: test test-go test-template test-fuzz vet
+test: stack-up vet test-go test-fuzz test-template
 
 vet:
 	$(GO) vet ./...
 
 test-go:
 	$(WITH_STACK) $(GO) test -count=1 -timeout 15m ./...
+
+# The report parser faces arbitrary bodies from SQS: fuzz it for a bounded
+# time on every run (its seed corpus also runs inside test-go).
+test-fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20s ./shared/report
 
 # cfn-lint (no errors, no warnings) and `sam build` from a pinned virtualenv.
 test-template:

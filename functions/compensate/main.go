@@ -1,0 +1,70 @@
+// Command compensate is the compensate Lambda function (DESIGN §5): it
+// fills the sequences that writers report they abandoned, from SQS batches
+// with partial batch responses. Wiring only; the logic is shared/compensate.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/logging"
+	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
+	"github.com/outboxkeeper/outboxkeeper/shared/pg"
+	"github.com/outboxkeeper/outboxkeeper/shared/store"
+)
+
+func main() {
+	log := logging.Setup()
+	ctx := context.Background()
+
+	db, err := config.LoadDatabase(config.Environment())
+	if err != nil {
+		fail(log, err)
+	}
+	cfg, err := config.LoadCompensate(config.Environment())
+	if err != nil {
+		fail(log, err)
+	}
+	schema, err := store.ParseSchema(db.Schema)
+	if err != nil {
+		fail(log, err)
+	}
+	// The pool outlives invocations of a warm environment and connects
+	// lazily; a connection that broke is discarded and re-dialled by pgxpool.
+	pool, err := pg.NewPool(ctx, db, pg.Options{ApplicationName: "outboxkeeper-compensate"})
+	if err != nil {
+		fail(log, err)
+	}
+	// LoadDefaultConfig honours AWS_ENDPOINT_URL_SQS, which is how the local
+	// stack points the client at its emulator.
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		fail(log, err)
+	}
+	svc, err := compensate.New(compensate.Options{
+		Config:  cfg,
+		Schema:  schema,
+		DB:      pool,
+		SQS:     sqs.NewFromConfig(awsCfg),
+		Logger:  log,
+		Metrics: metrics.New("compensate"),
+	})
+	if err != nil {
+		fail(log, err)
+	}
+	lambda.Start(svc.Handle)
+}
+
+// fail ends the init: Lambda reports an init error, and the log line names
+// the variable that was wrong.
+func fail(log *slog.Logger, err error) {
+	log.Error("compensate: init failed", "error", err)
+	os.Exit(1)
+}

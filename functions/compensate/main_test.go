@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
+	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/report"
+)
+
+// world is an end-to-end setup: a database with writers reporting through
+// shared/outbox's Reporter to a fauxqs queue whose redrive policy moves a
+// message to a redrive DLQ after maxReceiveCount receives, and the real
+// bootstrap under aws-lambda-rie.
+type world struct {
+	db      *testdb.DB
+	sqs     *sqs.Client
+	src     string
+	srcARN  string
+	redrive string
+	outbox  *outbox.Outbox
+	fn      *lambdatest.Function
+}
+
+const maxReceiveCount = 2
+
+func newWorld(t *testing.T, env map[string]string) *world {
+	t.Helper()
+	w := &world{db: testdb.New(t), sqs: sqstest.Client(t)}
+	w.redrive = sqstest.NewQueue(t, w.sqs, "e2e-redrive", nil)
+	policy, _ := json.Marshal(map[string]any{
+		"deadLetterTargetArn": sqstest.QueueARN(t, w.sqs, w.redrive),
+		"maxReceiveCount":     maxReceiveCount,
+	})
+	// A 1s visibility timeout stands in for the template's (≥ 6 × the
+	// function timeout) so a failed message comes back quickly.
+	w.src = sqstest.NewQueue(t, w.sqs, "e2e-src", map[string]string{"VisibilityTimeout": "1", "RedrivePolicy": string(policy)})
+	w.srcARN = sqstest.QueueARN(t, w.sqs, w.src)
+	reporter, err := outbox.NewReporter(w.sqs, w.src, outbox.ReporterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.outbox, err = outbox.New(w.db.Pool, outbox.Options{Reporter: reporter}); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"DATABASE_URL": w.db.URL, "COMPENSATE_RETRY_INTERVAL": "100ms"}
+	for k, v := range env {
+		vars[k] = v
+	}
+	w.fn = lambdatest.Start(t, lambdatest.Build(t, "compensate"), vars)
+	return w
+}
+
+var errRollback = errors.New("roll back")
+
+// rollback runs a writer that publishes n events and rolls back; InTx
+// reports the sequences to the source queue through the Reporter.
+func (w *world) rollback(t *testing.T, n int) []int64 {
+	t.Helper()
+	var seqs []int64
+	err := w.outbox.InTx(context.Background(), func(ctx context.Context, tx *outbox.Tx) error {
+		payloads := make([]any, n)
+		for i := range payloads {
+			payloads[i] = map[string]int{"i": i}
+		}
+		var err error
+		if seqs, err = tx.Publish(ctx, "orders", payloads...); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) || strings.Contains(err.Error(), "report") {
+		t.Fatalf("InTx: %v", err)
+	}
+	return seqs
+}
+
+// pump plays the SQS event source mapping for a while: long-poll a batch
+// (all system attributes, so ApproximateReceiveCount is there), invoke the
+// function with the event Lambda would build, delete what succeeded, leave
+// the failed items to the visibility timeout. It stops when done says so.
+func (w *world) pump(t *testing.T, timeout time.Duration, done func() bool) (invocations int) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(timeout)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("event source mapping: not done after %s (%d invocations)\nfunction logs:\n%s", timeout, invocations, w.fn.Logs())
+		}
+		out, err := w.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(w.src),
+			MaxNumberOfMessages:         10,
+			WaitTimeSeconds:             1,
+			AttributeNames:              []sqstypes.QueueAttributeName{"All"},
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Messages) == 0 {
+			continue
+		}
+		ev := compensate.EventFromMessages(w.srcARN, "us-east-1", out.Messages)
+		var resp events.SQSEventResponse
+		if err := w.fn.InvokeJSON(ctx, ev, &resp); err != nil {
+			t.Fatalf("invoke: %v\n%s", err, w.fn.Logs())
+		}
+		invocations++
+		failed := map[string]bool{}
+		for _, f := range resp.BatchItemFailures {
+			failed[f.ItemIdentifier] = true
+		}
+		for _, m := range ev.Records {
+			if !failed[m.MessageId] {
+				if _, err := w.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.src), ReceiptHandle: aws.String(m.ReceiptHandle)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return invocations
+}
+
+func (w *world) filledBy(t *testing.T, seqs []int64) map[int64]string {
+	t.Helper()
+	rows, err := w.db.Pool.Query(context.Background(),
+		`SELECT sequence, coalesce(filled_by, '') FROM `+w.db.Schema.Table("events")+` WHERE sequence = ANY($1)`, seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int64]string{}
+	for rows.Next() {
+		var s int64
+		var by string
+		if err := rows.Scan(&s, &by); err != nil {
+			t.Fatal(err)
+		}
+		out[s] = by
+	}
+	return out
+}
+
+func (w *world) allFilled(t *testing.T, seqs []int64) bool {
+	got := w.filledBy(t, seqs)
+	for _, s := range seqs {
+		if got[s] != "compensate" {
+			return false
+		}
+	}
+	return true
+}
+
+// Test 10: rollback reports sent by the Reporter reach the real bootstrap
+// as an SQS event batch and are filled; a malformed message with no
+// COMPENSATE_DLQ_URL keeps failing and the queue's redrive policy moves it
+// to the redrive DLQ after maxReceiveCount receives.
+func TestEndToEndRedrive(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil) // no COMPENSATE_DLQ_URL
+	a := w.rollback(t, 3)
+	b := w.rollback(t, 2)
+	const garbage = `{"v":1,"sequences":[1,` // malformed, body must survive unchanged
+	if _, err := w.sqs.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(w.src), MessageBody: aws.String(garbage)}); err != nil {
+		t.Fatal(err)
+	}
+
+	var moved []sqstypes.Message
+	w.pump(t, 30*time.Second, func() bool {
+		if len(moved) == 0 {
+			moved = receiveAll(t, w.sqs, w.redrive)
+		}
+		return len(moved) > 0 && w.allFilled(t, append(append([]int64{}, a...), b...))
+	})
+	if len(moved) != 1 || aws.ToString(moved[0].Body) != garbage {
+		t.Fatalf("redrive DLQ holds %v, want the malformed body unchanged", moved)
+	}
+	if n, _ := strconv.Atoi(moved[0].Attributes["ApproximateReceiveCount"]); n < maxReceiveCount {
+		t.Fatalf("moved after %d receives, want at least %d", n, maxReceiveCount)
+	}
+	// One JSON log line per invocation, with the request id; the bad
+	// message is logged as undeliverable to a DLQ.
+	var batches, undeliverable int
+	for _, rec := range w.fn.JSONLogs() {
+		msg, _ := rec["message"].(string)
+		switch {
+		case msg == "compensate batch" && rec["requestId"] != nil:
+			batches++
+		case strings.Contains(msg, "no COMPENSATE_DLQ_URL"):
+			undeliverable++
+		}
+	}
+	if batches == 0 || undeliverable < maxReceiveCount {
+		t.Fatalf("logs: %d batch lines, %d undeliverable lines:\n%s", batches, undeliverable, w.fn.Logs())
+	}
+	if !strings.Contains(w.fn.Logs(), `"Namespace":"Outboxkeeper"`) {
+		t.Fatalf("no EMF metrics line:\n%s", w.fn.Logs())
+	}
+}
+
+// With COMPENSATE_DLQ_URL set, bad input goes to that DLQ at once with its
+// reason, and is deleted from the source queue (never redelivered); the
+// good report of the same batch fills.
+func TestEndToEndBadInputToDLQ(t *testing.T) {
+	t.Parallel()
+	client := sqstest.Client(t)
+	dlq := sqstest.NewQueue(t, client, "e2e-dlq", nil)
+	w := newWorld(t, map[string]string{"COMPENSATE_DLQ_URL": dlq})
+	good := w.rollback(t, 2)
+	head, err := w.outbox.Head(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies, _ := report.Encode(report.Report{Sequences: []int64{head + 5}}, 0)
+	above := string(bodies[0])
+	if _, err := w.sqs.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(w.src), MessageBody: aws.String(above)}); err != nil {
+		t.Fatal(err)
+	}
+	var got []sqstypes.Message
+	w.pump(t, 20*time.Second, func() bool {
+		got = append(got, receiveAll(t, w.sqs, dlq)...)
+		return len(got) > 0 && w.allFilled(t, good)
+	})
+	if len(got) != 1 || aws.ToString(got[0].Body) != above ||
+		!strings.Contains(aws.ToString(got[0].MessageAttributes["error"].StringValue), "above the allocation head") {
+		t.Fatalf("DLQ: %+v", got)
+	}
+	if moved := receiveAll(t, w.sqs, w.redrive); len(moved) != 0 {
+		t.Fatalf("bad input was retried until redrive instead of going to the DLQ at once: %v", moved)
+	}
+}
+
+// receiveAll is one non-waiting receive that deletes what it got.
+func receiveAll(t *testing.T, c *sqs.Client, url string) []sqstypes.Message {
+	t.Helper()
+	out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(url), MaxNumberOfMessages: 10,
+		MessageAttributeNames:       []string{"All"},
+		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range out.Messages {
+		_, _ = c.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
+	}
+	return out.Messages
+}

@@ -1,0 +1,937 @@
+package compensate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
+	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/report"
+	"github.com/outboxkeeper/outboxkeeper/shared/store"
+)
+
+const region = "us-east-1"
+
+// fixture is one test's world: a fresh database, a source queue with a
+// redrive policy to a redrive DLQ, the handler's own DLQ, and the service.
+type fixture struct {
+	t        *testing.T
+	db       *testdb.DB
+	sqs      *sqs.Client
+	src      string // source queue URL
+	srcARN   string
+	dlq      string // COMPENSATE_DLQ_URL
+	redrive  string // the source queue's redrive target
+	cfg      config.Compensate
+	svc      *compensate.Service
+	logs     *syncBuffer
+	metrics  *syncBuffer
+	reporter *outbox.Reporter
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// setup builds a fixture. env overrides COMPENSATE_* variables; a
+// COMPENSATE_DLQ_URL of "none" leaves the DLQ unset, and an absent one is
+// filled with a fresh queue.
+func setup(t *testing.T, env map[string]string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, db: testdb.New(t), sqs: sqstest.Client(t), logs: &syncBuffer{}, metrics: &syncBuffer{}}
+	f.redrive = sqstest.NewQueue(t, f.sqs, "cmp-redrive", nil)
+	policy, _ := json.Marshal(map[string]any{"deadLetterTargetArn": sqstest.QueueARN(t, f.sqs, f.redrive), "maxReceiveCount": 5})
+	f.src = sqstest.NewQueue(t, f.sqs, "cmp-src", map[string]string{
+		"VisibilityTimeout": "30",
+		"RedrivePolicy":     string(policy),
+	})
+	f.srcARN = sqstest.QueueARN(t, f.sqs, f.src)
+	vars := map[string]string{"COMPENSATE_RETRY_INTERVAL": "50ms", "COMPENSATE_RETRY_ATTEMPTS": "3"}
+	for k, v := range env {
+		vars[k] = v
+	}
+	switch vars["COMPENSATE_DLQ_URL"] {
+	case "":
+		f.dlq = sqstest.NewQueue(t, f.sqs, "cmp-dlq", nil)
+		vars["COMPENSATE_DLQ_URL"] = f.dlq
+	case "none":
+		delete(vars, "COMPENSATE_DLQ_URL")
+	default:
+		f.dlq = vars["COMPENSATE_DLQ_URL"]
+	}
+	cfg, err := config.LoadCompensate(config.FromMap(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cfg = cfg
+	f.svc = f.service(f.db.Pool)
+	if f.reporter, err = outbox.NewReporter(f.sqs, f.src, outbox.ReporterOptions{MaxSequences: cfg.MaxSequences}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// service builds a handler over db with the fixture's configuration.
+func (f *fixture) service(db store.Querier) *compensate.Service {
+	f.t.Helper()
+	svc, err := compensate.New(compensate.Options{
+		Config:  f.cfg,
+		Schema:  f.db.Schema,
+		DB:      db,
+		SQS:     f.sqs,
+		Logger:  slog.New(slog.NewJSONHandler(f.logs, nil)),
+		Metrics: &metrics.Emitter{Function: "compensate", Out: f.metrics},
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return svc
+}
+
+// outbox returns an application Outbox that reports rollbacks to the
+// source queue, as a real writer would.
+func (f *fixture) outbox() *outbox.Outbox {
+	f.t.Helper()
+	o, err := outbox.New(f.db.Pool, outbox.Options{Reporter: f.reporter})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o
+}
+
+var errRollback = errors.New("application error: roll back")
+
+// commit publishes n events in a committed transaction.
+func (f *fixture) commit(n int) (seqs []int64) {
+	f.t.Helper()
+	err := f.outbox().InTx(context.Background(), func(ctx context.Context, tx *outbox.Tx) error {
+		var err error
+		seqs, err = tx.Publish(ctx, "orders", payloads(n)...)
+		return err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return seqs
+}
+
+// rollback publishes n events in a transaction that rolls back; InTx
+// reports them to the source queue.
+func (f *fixture) rollback(n int) (seqs []int64) {
+	f.t.Helper()
+	err := f.outbox().InTx(context.Background(), func(ctx context.Context, tx *outbox.Tx) error {
+		var err error
+		if seqs, err = tx.Publish(ctx, "orders", payloads(n)...); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) || strings.Contains(err.Error(), "report") {
+		f.t.Fatalf("InTx = %v, want only the rollback error", err)
+	}
+	return seqs
+}
+
+func payloads(n int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = map[string]int{"n": i}
+	}
+	return out
+}
+
+// abandoned allocates n sequences in a rolled-back transaction without
+// reporting them and returns its xid.
+func (f *fixture) abandoned(n int) (uint64, []int64) {
+	f.t.Helper()
+	ctx := context.Background()
+	tx, err := f.db.Pool.Begin(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(n)...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return xidOf(f.t, tx), seqs
+}
+
+func xidOf(t *testing.T, q store.Querier) uint64 {
+	t.Helper()
+	var s string
+	if err := q.QueryRow(context.Background(), `SELECT pg_current_xact_id()::text`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	x, _ := strconv.ParseUint(s, 10, 64)
+	return x
+}
+
+// send puts raw bodies on the source queue.
+func (f *fixture) send(bodies ...string) {
+	f.t.Helper()
+	for _, b := range bodies {
+		if _, err := f.sqs.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(f.src), MessageBody: aws.String(b)}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+func body(t *testing.T, r report.Report) string {
+	t.Helper()
+	b, err := report.Encode(r, 0)
+	if err != nil || len(b) != 1 {
+		t.Fatalf("encode: %v", err)
+	}
+	return string(b[0])
+}
+
+// receive plays the event source mapping: it receives want messages from
+// the source queue and converts them to the event Lambda would deliver.
+func (f *fixture) receive(want int, timeout time.Duration) events.SQSEvent {
+	f.t.Helper()
+	msgs := receiveMessages(f.t, f.sqs, f.src, want, timeout)
+	if len(msgs) != want {
+		f.t.Fatalf("received %d messages, want %d", len(msgs), want)
+	}
+	return compensate.EventFromMessages(f.srcARN, region, msgs)
+}
+
+func receiveMessages(t *testing.T, c *sqs.Client, url string, want int, timeout time.Duration) []sqstypes.Message {
+	t.Helper()
+	var got []sqstypes.Message
+	deadline := time.Now().Add(timeout)
+	for len(got) < want && time.Now().Before(deadline) {
+		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(url),
+			MaxNumberOfMessages:         int32(min(10, want-len(got))),
+			WaitTimeSeconds:             1,
+			MessageAttributeNames:       []string{"All"},
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		got = append(got, out.Messages...)
+	}
+	return got
+}
+
+// settle does what the event source mapping does with the response: it
+// deletes every message not reported failed.
+func (f *fixture) settle(ev events.SQSEvent, resp events.SQSEventResponse) {
+	f.t.Helper()
+	failed := map[string]bool{}
+	for _, it := range resp.BatchItemFailures {
+		failed[it.ItemIdentifier] = true
+	}
+	for _, m := range ev.Records {
+		if !failed[m.MessageId] {
+			if _, err := f.sqs.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(f.src), ReceiptHandle: aws.String(m.ReceiptHandle)}); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// row is one events row as the tests look at it.
+type row struct {
+	FilledBy string
+	XMin     string
+	Real     bool
+}
+
+func (f *fixture) rows(seqs []int64) map[int64]row {
+	f.t.Helper()
+	rs, err := f.db.Pool.Query(context.Background(),
+		`SELECT sequence, coalesce(filled_by, ''), xmin::text, topic IS NOT NULL FROM `+f.db.Schema.Table("events")+` WHERE sequence = ANY($1)`, seqs)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[int64]row{}
+	for rs.Next() {
+		var s int64
+		var r row
+		if err := rs.Scan(&s, &r.FilledBy, &r.XMin, &r.Real); err != nil {
+			f.t.Fatal(err)
+		}
+		out[s] = r
+	}
+	if err := rs.Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return out
+}
+
+// requirePlaceholders fails unless every sequence is a compensate placeholder.
+func (f *fixture) requirePlaceholders(seqs []int64) {
+	f.t.Helper()
+	rows := f.rows(seqs)
+	for _, s := range seqs {
+		if r, ok := rows[s]; !ok || r.FilledBy != store.FilledByCompensate {
+			f.t.Fatalf("sequence %d: %+v (present %v), want a compensate placeholder", s, r, ok)
+		}
+	}
+}
+
+func (f *fixture) requireMissing(seqs []int64) {
+	f.t.Helper()
+	if rows := f.rows(seqs); len(rows) != 0 {
+		f.t.Fatalf("sequences %v: %v present, want all missing", seqs, rows)
+	}
+}
+
+func outcomes(res compensate.Result) map[string]string {
+	out := map[string]string{}
+	for _, m := range res.Messages {
+		out[m.MessageID] = m.Outcome
+	}
+	return out
+}
+
+func failedIDs(resp events.SQSEventResponse) []string {
+	var ids []string
+	for _, it := range resp.BatchItemFailures {
+		ids = append(ids, it.ItemIdentifier)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Test 1: a report for an aborted writer fills its missing sequences at
+// once: one handler call, no grace, no proof.
+func TestAbortedWriterFilledAtOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	before := f.commit(1)
+	lost := f.rollback(3) // InTx reports these to the source queue
+	after := f.commit(1)
+
+	ev := f.receive(1, 10*time.Second)
+	started := time.Now()
+	res := f.svc.Process(context.Background(), ev)
+	elapsed := time.Since(started)
+
+	if res.Filled != 3 || res.AlreadyPresent != 0 || len(res.Response().BatchItemFailures) != 0 {
+		t.Fatalf("result %+v, want 3 filled and no failures", res)
+	}
+	f.requirePlaceholders(lost)
+	// Faster than any grace: the consumer can read past the gap as soon as
+	// one batch was handled, well inside the fill function's default grace.
+	if elapsed >= config.DefaultFillGrace {
+		t.Fatalf("handling took %s, not faster than the fill grace %s", elapsed, config.DefaultFillGrace)
+	}
+	evs, err := f.outbox().ReadContiguous(context.Background(), 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 5 || evs[0].Sequence != before[0] || evs[4].Sequence != after[0] {
+		t.Fatalf("consumer reads %d events, want all 5 through the filled gap", len(evs))
+	}
+	if res.FilledRange[0] != lost[0] || res.FilledRange[1] != lost[2] {
+		t.Fatalf("notified range %v, want %d..%d", res.FilledRange, lost[0], lost[2])
+	}
+	// The log line and the metrics.
+	if !strings.Contains(f.logs.String(), `"msg":"compensate batch"`) || !strings.Contains(f.metrics.String(), `"Filled":3`) {
+		t.Fatalf("log %s\nmetrics %s", f.logs, f.metrics)
+	}
+}
+
+// The filled range is notified on <schema>_events after the rows commit.
+func TestFilledRangeNotified(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	listener := f.db.Connect(t)
+	ctx := context.Background()
+	if _, err := listener.Exec(ctx, `LISTEN `+pgx.Identifier{f.db.Schema.EventsChannel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	xid, seqs := f.abandoned(4)
+	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
+	f.svc.Process(ctx, f.receive(1, 10*time.Second))
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := listener.WaitForNotification(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"min" : %d, "max" : %d}`, seqs[0], seqs[3])
+	if n.Payload != want {
+		t.Fatalf("notification %q, want %q", n.Payload, want)
+	}
+}
+
+// Test 2a: a report whose writer is still open is deferred: its visibility
+// is set to COMPENSATE_DEFER (seen through SQS: not receivable at once,
+// receivable again after the deferral, long before the queue's 30s
+// visibility timeout) and it is a failed item. After the writer rolls back,
+// the redelivered message fills it.
+func TestOpenWriterDeferredThenRolledBackFills(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"COMPENSATE_DEFER": "2s"})
+	ctx := context.Background()
+	writer := f.db.Connect(t)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(2)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xid := xidOf(t, tx)
+	if err := f.reporter.Report(ctx, report.Report{XID: xid, HasXID: true, Sequences: seqs}); err != nil {
+		t.Fatal(err)
+	}
+
+	ev := f.receive(1, 10*time.Second)
+	res := f.svc.Process(ctx, ev)
+	if res.Deferred != 1 || res.Filled != 0 || !slices.Equal(failedIDs(res.Response()), []string{ev.Records[0].MessageId}) {
+		t.Fatalf("result %+v, want one deferred failed item", res)
+	}
+	f.settle(ev, res.Response())
+	deferredAt := time.Now()
+	if got := receiveNow(t, f); len(got) != 0 {
+		t.Fatalf("deferred message receivable at once: %v", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ev = f.receive(1, 10*time.Second)
+	if waited := time.Since(deferredAt); waited < 1500*time.Millisecond || waited > 10*time.Second {
+		t.Fatalf("redelivered after %s, want about the 2s deferral (queue visibility is 30s)", waited)
+	}
+	if ev.Records[0].Attributes["ApproximateReceiveCount"] != "2" {
+		t.Fatalf("receive count %q, want 2", ev.Records[0].Attributes["ApproximateReceiveCount"])
+	}
+	res = f.svc.Process(ctx, ev)
+	if res.Filled != 2 || len(res.Response().BatchItemFailures) != 0 {
+		t.Fatalf("after rollback: %+v, want 2 filled", res)
+	}
+	f.requirePlaceholders(seqs)
+}
+
+// receiveNow is one ReceiveMessage that does not wait.
+func receiveNow(t *testing.T, f *fixture) []sqstypes.Message {
+	t.Helper()
+	out, err := f.sqs.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(f.src), MaxNumberOfMessages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Messages
+}
+
+// Test 2b: if the open writer commits instead, its real rows are kept.
+func TestOpenWriterDeferredThenCommittedKeepsRows(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"COMPENSATE_DEFER": "1s"})
+	ctx := context.Background()
+	writer := f.db.Connect(t)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(2)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(body(t, report.Report{XID: xidOf(t, tx), HasXID: true, Sequences: seqs}))
+	ev := f.receive(1, 10*time.Second)
+	if res := f.svc.Process(ctx, ev); res.Deferred != 1 {
+		t.Fatalf("result %+v, want deferred", res)
+	}
+	f.settle(ev, events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{{ItemIdentifier: ev.Records[0].MessageId}}})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := f.svc.Process(ctx, f.receive(1, 10*time.Second))
+	if res.Filled != 0 || res.AlreadyPresent != 2 || len(res.Response().BatchItemFailures) != 0 {
+		t.Fatalf("after commit: %+v, want nothing filled, 2 already present", res)
+	}
+	for s, r := range f.rows(seqs) {
+		if !r.Real {
+			t.Fatalf("sequence %d overwritten: %+v", s, r)
+		}
+	}
+}
+
+// A writer that outlives COMPENSATE_MAX_DEFERRALS receives is not bad
+// input: the message is dropped (handled, not failed, not in any DLQ) and
+// nothing is filled; the fill function proves and fills it later.
+func TestLongWriterDroppedAfterMaxDeferrals(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"COMPENSATE_DEFER": "0s", "COMPENSATE_MAX_DEFERRALS": "2"})
+	ctx := context.Background()
+	writer := f.db.Connect(t)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(1)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(body(t, report.Report{XID: xidOf(t, tx), HasXID: true, Sequences: seqs}))
+
+	ev := f.receive(1, 10*time.Second)
+	if res := f.svc.Process(ctx, ev); res.Deferred != 1 || res.Dropped != 0 {
+		t.Fatalf("first receive: %+v, want deferred", res)
+	}
+	ev = f.receive(1, 10*time.Second) // visible again at once (defer 0s)
+	res := f.svc.Process(ctx, ev)
+	if res.Dropped != 1 || res.Deferred != 0 || len(res.Response().BatchItemFailures) != 0 || res.Failed != 0 {
+		t.Fatalf("second receive: %+v, want dropped and handled", res)
+	}
+	f.settle(ev, res.Response())
+	if !strings.Contains(f.logs.String(), "the fill function will prove and fill") {
+		t.Fatalf("no log line about the drop: %s", f.logs)
+	}
+	if got := sqstest.Drain(t, f.sqs, f.dlq, 1, 1500*time.Millisecond); len(got) != 0 {
+		t.Fatalf("dropped report reached the DLQ: %v", got)
+	}
+	f.requireMissing(seqs)
+}
+
+// Test 3: a report naming sequences that were committed changes nothing:
+// the rows keep their xmin (never rewritten, not even by an update).
+func TestCommittedSequencesUnchanged(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	var xid uint64
+	var seqs []int64
+	err := f.outbox().InTx(ctx, func(ctx context.Context, tx *outbox.Tx) error {
+		var err error
+		seqs, err = tx.Publish(ctx, "orders", payloads(3)...)
+		xid = xidOf(t, tx)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := f.rows(seqs)
+	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
+	res := f.svc.Process(ctx, f.receive(1, 10*time.Second))
+	if res.Filled != 0 || res.AlreadyPresent != 3 || len(res.Response().BatchItemFailures) != 0 {
+		t.Fatalf("result %+v, want nothing written", res)
+	}
+	after := f.rows(seqs)
+	for _, s := range seqs {
+		if before[s] != after[s] || !after[s].Real {
+			t.Fatalf("sequence %d changed: %+v -> %+v", s, before[s], after[s])
+		}
+	}
+}
+
+// Test 4: every kind of bad input ends in the DLQ, body unchanged, with a
+// distinct reason in the `error` attribute; the rest of the batch succeeds.
+func TestBadInputToDLQ(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"COMPENSATE_MAX_SEQUENCES": "5"})
+	ctx := context.Background()
+	xid, good := f.abandoned(2)
+	head, err := f.outbox().Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]string{
+		"above head":  body(t, report.Report{XID: xid, HasXID: true, Sequences: []int64{head + 10}}),
+		"future xid":  body(t, report.Report{XID: xid + 1_000_000, HasXID: true, Sequences: good}),
+		"malformed":   `{"v":1,"sequences":[1,`,
+		"version 2":   `{"v":2,"sequences":[1]}`,
+		"empty":       `{"v":1,"sequences":[]}`,
+		"oversized":   `{"v":1,"sequences":[1,2,3,4,5,6]}`,
+		"non-decimal": `{"v":1,"xid":"0x1f","sequences":[1]}`,
+	}
+	wantReason := map[string]string{
+		"above head": "above the allocation head", "future xid": "in the future", "malformed": "malformed JSON",
+		"version 2": "unsupported version", "empty": "empty sequences", "oversized": "exceed the limit of 5",
+		"non-decimal": "not a decimal xid8",
+	}
+	goodBody := body(t, report.Report{XID: xid, HasXID: true, Sequences: good})
+	f.send(goodBody)
+	for _, b := range bad {
+		f.send(b)
+	}
+	ev := f.receive(len(bad)+1, 10*time.Second)
+	res := f.svc.Process(ctx, ev)
+	if res.Filled != 2 || res.Invalid != len(bad) || len(res.Response().BatchItemFailures) != 0 || res.Failed != 0 {
+		t.Fatalf("result %+v, want the good report filled and %d invalid handled", res, len(bad))
+	}
+	f.requirePlaceholders(good)
+
+	got := sqstest.Drain(t, f.sqs, f.dlq, len(bad), 10*time.Second)
+	if len(got) != len(bad) {
+		t.Fatalf("DLQ holds %d messages, want %d", len(got), len(bad))
+	}
+	reasons := map[string]bool{}
+	for _, m := range got {
+		reason := aws.ToString(m.MessageAttributes["error"].StringValue)
+		var name string
+		for n, b := range bad {
+			if b == aws.ToString(m.Body) {
+				name = n
+			}
+		}
+		if name == "" {
+			t.Fatalf("DLQ body %q is not one of the bad bodies unchanged", aws.ToString(m.Body))
+		}
+		if !strings.Contains(reason, wantReason[name]) {
+			t.Errorf("%s: DLQ reason %q, want it to contain %q", name, reason, wantReason[name])
+		}
+		reasons[reason] = true
+	}
+	if len(reasons) != len(bad) {
+		t.Fatalf("reasons not distinct: %v", reasons)
+	}
+}
+
+// Bad input with no DLQ configured is a failed item (the queue's redrive
+// policy moves it) and logged; the good report in the batch still fills.
+func TestBadInputWithoutDLQIsFailedItem(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"COMPENSATE_DLQ_URL": "none"})
+	xid, good := f.abandoned(1)
+	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: good}), `{"v":7}`)
+	ev := f.receive(2, 10*time.Second)
+	res := f.svc.Process(context.Background(), ev)
+	var badID string
+	for _, m := range ev.Records {
+		if m.Body == `{"v":7}` {
+			badID = m.MessageId
+		}
+	}
+	if res.Filled != 1 || res.Invalid != 1 || res.Failed != 1 || !slices.Equal(failedIDs(res.Response()), []string{badID}) {
+		t.Fatalf("result %+v, want the bad one alone failed", res)
+	}
+	if !strings.Contains(f.logs.String(), "no COMPENSATE_DLQ_URL") {
+		t.Fatalf("no log line for the undeliverable bad input: %s", f.logs)
+	}
+}
+
+// A DLQ that cannot be reached: the bad message is a failed item (not lost,
+// not deleted) rather than silently handled.
+func TestDLQSendFailureIsFailedItem(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.cfg.DLQURL = f.dlq + "-missing"
+	svc := f.service(f.db.Pool)
+	f.send(`garbage`)
+	ev := f.receive(1, 10*time.Second)
+	res := svc.Process(context.Background(), ev)
+	if res.Failed != 1 || len(res.Response().BatchItemFailures) != 1 || !strings.Contains(res.Messages[0].Reason, "DLQ send failed") {
+		t.Fatalf("result %+v, want a failed item naming the DLQ failure", res)
+	}
+}
+
+// Test 5a: the same message delivered twice fills once; the second time
+// writes nothing and fails nothing.
+func TestDuplicateDeliveryFillsOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.rollback(3)
+	ev := f.receive(1, 10*time.Second)
+	first := f.svc.Process(context.Background(), ev)
+	second := f.svc.Process(context.Background(), ev)
+	if first.Filled != 3 || second.Filled != 0 || second.AlreadyPresent != 3 ||
+		len(first.Response().BatchItemFailures)+len(second.Response().BatchItemFailures) != 0 {
+		t.Fatalf("first %+v second %+v", first, second)
+	}
+}
+
+// Test 5b: handlers processing overlapping reports at the same time fill
+// each sequence exactly once, with no error (no deadlock, no conflict).
+func TestConcurrentOverlappingHandlers(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	xid, seqs := f.abandoned(200)
+	// Each handler gets its own pool, so they really run concurrently.
+	const handlers = 6
+	var svcs []*compensate.Service
+	for range handlers {
+		pool, err := pgxpool.New(context.Background(), f.db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		svcs = append(svcs, f.service(pool))
+	}
+	// Overlapping windows in shuffled message order: handler i reports
+	// seqs[i*20 : i*20+100].
+	var wg sync.WaitGroup
+	results := make([]compensate.Result, handlers)
+	start := make(chan struct{})
+	for i := range handlers {
+		var ev events.SQSEvent
+		for j := range 3 {
+			lo := (i*20 + j*30) % 100
+			part := seqs[lo : lo+100]
+			ev.Records = append(ev.Records, events.SQSMessage{
+				MessageId: fmt.Sprintf("m%d-%d", i, j), Body: body(t, report.Report{XID: xid, HasXID: true, Sequences: part}),
+				EventSourceARN: f.srcARN, Attributes: map[string]string{"ApproximateReceiveCount": "1"},
+			})
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i] = svcs[i].Process(context.Background(), ev)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	total := 0
+	for i, r := range results {
+		if len(r.Response().BatchItemFailures) != 0 || r.Error != "" {
+			t.Fatalf("handler %d: %+v", i, r)
+		}
+		total += r.Filled
+	}
+	covered := map[int64]bool{}
+	for i := range handlers {
+		for j := range 3 {
+			lo := (i*20 + j*30) % 100
+			for _, s := range seqs[lo : lo+100] {
+				covered[s] = true
+			}
+		}
+	}
+	if total != len(covered) {
+		t.Fatalf("handlers wrote %d placeholders in total, want each of %d sequences once", total, len(covered))
+	}
+	f.requirePlaceholders(slices.Sorted(func(yield func(int64) bool) {
+		for s := range covered {
+			if !yield(s) {
+				return
+			}
+		}
+	}))
+}
+
+// Test 6: 10 reports of 100 sequences each cost one check, one insert and
+// one notification: three statements for 1000 placeholders.
+func TestBatchIsOneInsert(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ev := events.SQSEvent{}
+	var all []int64
+	for i := range 10 {
+		xid, seqs := f.abandoned(100)
+		all = append(all, seqs...)
+		ev.Records = append(ev.Records, events.SQSMessage{
+			MessageId: fmt.Sprintf("m%d", i), Body: body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}),
+			EventSourceARN: f.srcARN,
+		})
+	}
+	res := f.svc.Process(context.Background(), ev)
+	if res.Filled != 1000 || len(res.Response().BatchItemFailures) != 0 {
+		t.Fatalf("result %+v, want 1000 filled", res)
+	}
+	if res.Statements != 3 {
+		t.Fatalf("%d statements, want 3 (check, one insert, notify)", res.Statements)
+	}
+	f.requirePlaceholders(all)
+}
+
+// Test 7: the database unreachable. The messages are reported failed after
+// the configured retries and stay on the queue; once the database is back,
+// their redelivery fills them.
+func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"COMPENSATE_RETRY_ATTEMPTS": "3", "COMPENSATE_RETRY_INTERVAL": "100ms"})
+	ctx := context.Background()
+	// The source queue hands a failed message out again after 1s.
+	if _, err := f.sqs.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(f.src), Attributes: map[string]string{"VisibilityTimeout": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	first := f.rollback(2)
+	second := f.rollback(3)
+
+	down, err := pgxpool.New(ctx, "postgres://nobody@127.0.0.1:"+unusedPort(t)+"/nowhere?connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	ev := f.receive(2, 10*time.Second)
+	res := f.service(down).Process(ctx, ev)
+	if res.Failed != 2 || len(res.Response().BatchItemFailures) != 2 || res.Retries != 2 || res.Statements != 3 {
+		t.Fatalf("result %+v, want both failed after 3 attempts", res)
+	}
+	f.settle(ev, res.Response())
+	f.requireMissing(append(slices.Clone(first), second...))
+
+	// The database is back (a working pool): redelivery fills everything.
+	ev = f.receive(2, 10*time.Second)
+	for _, m := range ev.Records {
+		if m.Attributes["ApproximateReceiveCount"] != "2" {
+			t.Fatalf("message %s receive count %q, want a redelivery", m.MessageId, m.Attributes["ApproximateReceiveCount"])
+		}
+	}
+	res = f.svc.Process(ctx, ev)
+	if res.Filled != 5 || len(res.Response().BatchItemFailures) != 0 {
+		t.Fatalf("after recovery: %+v, want 5 filled", res)
+	}
+	f.requirePlaceholders(append(first, second...))
+}
+
+// unusedPort is a local port with nothing listening.
+func unusedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	return port
+}
+
+// A connection the server dropped (here: terminated by an administrator,
+// SQLSTATE 57P01) is not reused: the next batch runs on a fresh connection
+// and succeeds, retrying if it hit the dead one.
+func TestDroppedConnectionReopened(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(f.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	app := "cmp-drop-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	pc.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	svc := f.service(pool)
+
+	for round := range 3 {
+		xid, seqs := f.abandoned(2)
+		ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", EventSourceARN: f.srcARN,
+			Body: body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs})}}}
+		res := svc.Process(ctx, ev)
+		if res.Filled != 2 || len(res.Response().BatchItemFailures) != 0 {
+			t.Fatalf("round %d: %+v", round, res)
+		}
+		t.Logf("round %d: %d retries", round, res.Retries)
+		var killed int
+		if err := f.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE t) FROM (SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity WHERE application_name = $1) k`, app).Scan(&killed); err != nil || killed != 1 {
+			t.Fatalf("terminate the handler's connection: %d, %v", killed, err)
+		}
+	}
+}
+
+// Test 8: a savepoint rolled back inside a committed transaction. The
+// report carries the committed xid; only the missing sequences are filled,
+// the committed ones stay real.
+func TestSavepointRollbackInCommittedTx(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	var kept, lost []int64
+	err := f.outbox().InTx(ctx, func(ctx context.Context, tx *outbox.Tx) error {
+		a, err := tx.Publish(ctx, "orders", payloads(1)...)
+		if err != nil {
+			return err
+		}
+		_ = tx.Savepoint(ctx, func(ctx context.Context, sp *outbox.Tx) error {
+			if lost, err = sp.Publish(ctx, "orders", payloads(2)...); err != nil {
+				return err
+			}
+			return errRollback
+		})
+		b, err := tx.Publish(ctx, "orders", payloads(1)...)
+		kept = append(a, b...)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := f.receive(1, 10*time.Second) // InTx reported the savepoint's sequences
+	res := f.svc.Process(ctx, ev)
+	if res.Filled != 2 || len(res.Response().BatchItemFailures) != 0 {
+		t.Fatalf("result %+v, want the 2 rolled-back sequences filled", res)
+	}
+	f.requirePlaceholders(lost)
+	for s, r := range f.rows(kept) {
+		if !r.Real {
+			t.Fatalf("committed sequence %d touched: %+v", s, r)
+		}
+	}
+	// The same committed xid naming a committed sequence too: only the
+	// missing ones would be written, the committed row is kept.
+	var rep report.Report
+	if rep, err = report.Parse([]byte(ev.Records[0].Body), 100); err != nil {
+		t.Fatal(err)
+	}
+	rep.Sequences = append(rep.Sequences, kept...)
+	slices.Sort(rep.Sequences)
+	ev.Records[0].Body = body(t, rep)
+	res = f.svc.Process(ctx, ev)
+	if res.Filled != 0 || res.AlreadyPresent != 4 {
+		t.Fatalf("widened report: %+v, want nothing written", res)
+	}
+}
+
+// Construction refuses a bad configuration.
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	cfg, _ := config.LoadCompensate(config.FromMap(nil))
+	good := compensate.Options{Config: cfg, Schema: store.MustSchema("outbox"), DB: &store.Counting{}, SQS: &sqs.Client{}}
+	if _, err := compensate.New(good); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(*compensate.Options){
+		"nil db":             func(o *compensate.Options) { o.DB = nil },
+		"nil sqs":            func(o *compensate.Options) { o.SQS = nil },
+		"no schema":          func(o *compensate.Options) { o.Schema = store.Schema{} },
+		"fractional defer":   func(o *compensate.Options) { o.Config.Defer = 1500 * time.Millisecond },
+		"zero attempts":      func(o *compensate.Options) { o.Config.RetryAttempts = 0 },
+		"zero max sequences": func(o *compensate.Options) { o.Config.MaxSequences = 0 },
+		"zero deferrals":     func(o *compensate.Options) { o.Config.MaxDeferrals = 0 },
+	} {
+		o := good
+		mutate(&o)
+		if _, err := compensate.New(o); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
