@@ -1,0 +1,42 @@
+package sweep
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/store"
+)
+
+// stateSQL is the SQL for <schema>.sweep_state (infra/sql/0004), the
+// sweep's own table; it lives beside the function that owns it.
+type stateSQL struct {
+	recordPass string
+}
+
+func newStateSQL(schema store.Schema) *stateSQL {
+	t := schema.Table("sweep_state")
+	return &stateSQL{
+		// An upsert rather than an update: the migration inserts the one
+		// row, but if an operator deleted it the next pass recreates it
+		// instead of silently recording nothing. Totals are added in SQL,
+		// so concurrent passes never lose each other's counts.
+		recordPass: `INSERT INTO ` + t + ` AS s (id, passes, last_pass_at, last_reset, last_dead, last_stuck_pending, resets_total, dead_total)
+			VALUES (true, 1, now(), $1, $2, $3, $1, $2)
+			ON CONFLICT (id) DO UPDATE SET
+				passes             = s.passes + 1,
+				last_pass_at       = now(),
+				last_reset         = excluded.last_reset,
+				last_dead          = excluded.last_dead,
+				last_stuck_pending = excluded.last_stuck_pending,
+				resets_total       = s.resets_total + excluded.resets_total,
+				dead_total         = s.dead_total + excluded.dead_total`,
+	}
+}
+
+// record adds one pass to sweep_state.
+func (s *stateSQL) record(ctx context.Context, q store.Querier, res Result) error {
+	if _, err := q.Exec(ctx, s.recordPass, res.Reset, res.Dead, res.StuckPending); err != nil {
+		return fmt.Errorf("record pass in sweep_state: %w", err)
+	}
+	return nil
+}

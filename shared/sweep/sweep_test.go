@@ -1,0 +1,859 @@
+package sweep_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
+)
+
+// ---- helpers ---------------------------------------------------------------
+
+func testConfig(mut ...func(*sweep.Config)) sweep.Config {
+	c := sweep.Config{Sweep: config.Sweep{
+		StuckAfter:      time.Minute,
+		BatchLimit:      1000,
+		MaxRedeliveries: 10,
+		PassBudget:      30 * time.Second,
+	}, Schema: testdb.Schema}
+	for _, m := range mut {
+		m(&c)
+	}
+	return c
+}
+
+func newSweeper(t testing.TB, db store.Querier, mut ...func(*sweep.Config)) *sweep.Sweeper {
+	t.Helper()
+	s, err := sweep.New(db, testConfig(mut...))
+	if err != nil {
+		t.Fatalf("sweep.New: %v", err)
+	}
+	return s
+}
+
+func run(t testing.TB, s *sweep.Sweeper) sweep.Result {
+	t.Helper()
+	res, err := s.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("RunOnce: %v (partial %+v)", err, res)
+	}
+	return res
+}
+
+func newOutbox(t testing.TB, db *testdb.DB) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.New(db.Pool, outbox.Options{Schema: testdb.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ob
+}
+
+func exec(t testing.TB, q store.Querier, sql string, args ...any) pgconn.CommandTag {
+	t.Helper()
+	tag, err := q.Exec(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return tag
+}
+
+func scalar[T any](t testing.TB, q store.Querier, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// seedDelivered enqueues n rows and marks them delivered the way the relay
+// does (attempts + 1, delivered_at stamped), set-based, with created_at and
+// delivered_at both `ago` in the past. Returns the ids in order.
+func seedDelivered(t testing.TB, db *testdb.DB, n int, ago time.Duration) []int64 {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(),
+		`INSERT INTO outbox.deliveries (recipient, kind, payload)
+		 SELECT 'agent:' || g, 'work', '\x00'::bytea FROM generate_series(1, $1) g RETURNING id`, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db.Pool, `UPDATE outbox.deliveries SET state = 'delivered', attempts = attempts + 1,
+		created_at = now() - $2::bigint * interval '1 microsecond',
+		delivered_at = now() - $2::bigint * interval '1 microsecond' WHERE id = ANY($1)`, ids, ago.Microseconds())
+	return ids
+}
+
+// invariants fails on rows in an impossible state. acked is terminal, so
+// an acked_at on a row that is not acked means something un-acked it.
+func invariants(t testing.TB, q store.Querier) {
+	t.Helper()
+	var bad int64
+	if err := q.QueryRow(context.Background(), `SELECT count(*) FROM outbox.deliveries WHERE
+		   (state = 'delivered' AND delivered_at IS NULL)
+		OR (state = 'acked' AND acked_at IS NULL)
+		OR (state <> 'acked' AND acked_at IS NOT NULL)
+		OR (state = 'dead' AND dead_at IS NULL)
+		OR (state = 'pending' AND delivered_at IS NOT NULL)
+		OR redeliveries > attempts
+		OR redeliveries < 0`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Fatalf("%d rows in an impossible state", bad)
+	}
+}
+
+type row struct {
+	State        string
+	Redeliveries int
+	Attempts     int
+	DeliveredAt  *time.Time
+	DeadAt       *time.Time
+}
+
+func get(t testing.TB, q store.Querier, id int64) row {
+	t.Helper()
+	var r row
+	if err := q.QueryRow(context.Background(), `SELECT state, redeliveries, attempts, delivered_at, dead_at
+		FROM outbox.deliveries WHERE id = $1`, id).Scan(&r.State, &r.Redeliveries, &r.Attempts, &r.DeliveredAt, &r.DeadAt); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// ---- issue 5, test 1 -------------------------------------------------------
+
+// A delivered row past the threshold is reset; a fresh one is not. Rows go
+// through the real relay calls (Enqueue, MarkDelivered), then one is aged.
+func TestStuckRowResetFreshRowNot(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ob := newOutbox(t, db)
+	ctx := context.Background()
+	var ids [2]int64
+	for i := range ids {
+		id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "agent:1", Kind: "work", Payload: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ob.MarkDelivered(ctx, nil, id); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	stuck, fresh := ids[0], ids[1]
+	exec(t, db.Pool, `UPDATE outbox.deliveries SET delivered_at = now() - interval '2 minutes' WHERE id = $1`, stuck)
+
+	res := run(t, newSweeper(t, db.Pool))
+	if res.Reset != 1 || res.Dead != 0 {
+		t.Fatalf("reset %d dead %d, want 1 and 0 (%+v)", res.Reset, res.Dead, res)
+	}
+	if r := get(t, db.Pool, stuck); r.State != "pending" || r.Redeliveries != 1 || r.DeliveredAt != nil {
+		t.Fatalf("stuck row after sweep: %+v, want pending, redeliveries 1, no delivered_at", r)
+	}
+	if r := get(t, db.Pool, fresh); r.State != "delivered" || r.Redeliveries != 0 {
+		t.Fatalf("fresh row after sweep: %+v, want untouched", r)
+	}
+	if res.Open != 2 || res.StuckPending != 0 || !res.Woken {
+		t.Fatalf("open %d stuck_pending %d woken %v, want 2, 0, true", res.Open, res.StuckPending, res.Woken)
+	}
+	// The relay can claim the reset row again.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	claimed, err := ob.ClaimPending(ctx, tx, 10)
+	if err != nil || len(claimed) != 1 || claimed[0].ID != stuck {
+		t.Fatalf("ClaimPending after sweep = %v, %v; want the reset row", claimed, err)
+	}
+	invariants(t, db.Pool)
+}
+
+// ---- issue 5, test 2 -------------------------------------------------------
+
+// A row created long ago but delivered just now is not stuck: the threshold
+// runs from delivered_at (the reference measured from created_at).
+func TestStuckTimeRunsFromDeliveredAt(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ids := seedDelivered(t, db, 1, 0)
+	exec(t, db.Pool, `UPDATE outbox.deliveries SET created_at = now() - interval '3 hours', delivered_at = now() WHERE id = $1`, ids[0])
+
+	res := run(t, newSweeper(t, db.Pool))
+	if res.Reset != 0 || res.Dead != 0 || res.Woken {
+		t.Fatalf("old-but-just-delivered row swept: %+v", res)
+	}
+	if r := get(t, db.Pool, ids[0]); r.State != "delivered" || r.Redeliveries != 0 {
+		t.Fatalf("row changed: %+v", r)
+	}
+	// It is open, and its age (by created_at) shows in the gauge.
+	if res.Open != 1 || res.OldestOpenAgeS < 3*3600-60 {
+		t.Fatalf("open %d oldest %.0fs, want 1 and about 3h", res.Open, res.OldestOpenAgeS)
+	}
+}
+
+// ---- issue 5, test 3 -------------------------------------------------------
+
+// A second sweep right after the first resets nothing and creates nothing.
+func TestSecondSweepResetsNothing(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDelivered(t, db, 50, time.Hour)
+	s := newSweeper(t, db.Pool)
+	if first := run(t, s); first.Reset != 50 {
+		t.Fatalf("first sweep reset %d, want 50", first.Reset)
+	}
+	second := run(t, s)
+	if second.Reset != 0 || second.Dead != 0 {
+		t.Fatalf("second sweep: %+v, want nothing reset", second)
+	}
+	// The reset rows were created an hour ago, so the second pass sees them
+	// as stuck pending (the relay has not picked them up) and wakes.
+	if second.StuckPending != 50 || !second.Woken {
+		t.Fatalf("second sweep stuck_pending %d woken %v, want 50 and true", second.StuckPending, second.Woken)
+	}
+	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries`); n != 50 {
+		t.Fatalf("%d rows, want 50: the sweep must never insert", n)
+	}
+	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 1`); n != 50 {
+		t.Fatalf("%d rows pending with redeliveries 1, want 50", n)
+	}
+	invariants(t, db.Pool)
+}
+
+// ---- issue 5, test 4 -------------------------------------------------------
+
+// Four sweeps, each on its own pool (as four Lambda environments would
+// be), start together over 5,000 stuck rows: every row is reset exactly
+// once and the reset figures add up to 5,000.
+func TestConcurrentSweepsResetEachRowOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	const n, sweepers = 5000, 4
+	seedDelivered(t, db, n, time.Hour)
+
+	start := make(chan struct{})
+	results := make([]sweep.Result, sweepers)
+	errs := make([]error, sweepers)
+	var wg sync.WaitGroup
+	for i := range sweepers {
+		pool, err := pgxpool.New(context.Background(), db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		// Small batches so the four passes interleave over many statements.
+		s := newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 100 })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i], errs[i] = s.RunOnce(context.Background())
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	var total int64
+	for i := range sweepers {
+		if errs[i] != nil {
+			t.Fatalf("sweep %d: %v", i, errs[i])
+		}
+		total += results[i].Reset
+		t.Logf("sweep %d: reset %d in %d batches", i, results[i].Reset, results[i].Batches)
+	}
+	if total != n {
+		t.Fatalf("sum of reset = %d, want %d", total, n)
+	}
+	if bad := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state <> 'pending' OR redeliveries <> 1`); bad != 0 {
+		t.Fatalf("%d rows not reset exactly once", bad)
+	}
+	var passes, resets int64
+	if err := db.Pool.QueryRow(context.Background(), `SELECT passes, resets_total FROM outbox.sweep_state`).Scan(&passes, &resets); err != nil {
+		t.Fatal(err)
+	}
+	if passes != sweepers || resets != n {
+		t.Fatalf("sweep_state passes %d resets_total %d, want %d and %d", passes, resets, sweepers, n)
+	}
+	invariants(t, db.Pool)
+}
+
+// ---- issue 5, test 5 -------------------------------------------------------
+
+// Sweeps race a relay acking and re-marking the same rows. An ack that
+// succeeded is final (the sweep never resets an acked row); a row the relay
+// marks delivered again was reset exactly once; nothing ends impossible.
+func TestSweepRacingAckAndMarkDelivered(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	const n = 2000
+	ids := seedDelivered(t, db, n, time.Hour)
+
+	relayPool, err := pgxpool.New(context.Background(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(relayPool.Close)
+	ob, err := outbox.New(relayPool, outbox.Options{Schema: testdb.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	fail := make(chan error, 8)
+
+	// Two sweeps in small batches, so many statements overlap the relay.
+	var swept atomic.Int64
+	for range 2 {
+		pool, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		s := newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 20 })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := s.RunOnce(ctx)
+			if err != nil {
+				fail <- err
+			}
+			swept.Add(res.Reset)
+		}()
+	}
+	// relay walks every id in its own random order calling op; a lost race
+	// is expected, any other error is not.
+	relay := func(op func(context.Context, pgx.Tx, int64) error, ok []bool) {
+		defer wg.Done()
+		order := rand.Perm(n)
+		<-start
+		for _, i := range order {
+			err := op(ctx, nil, ids[i])
+			switch {
+			case err == nil:
+				ok[i] = true
+			case !errors.Is(err, outbox.ErrLostRace):
+				fail <- err
+				return
+			}
+		}
+	}
+	acked := make([]bool, n)
+	remarked := make([]bool, n)
+	wg.Add(2)
+	go relay(ob.Ack, acked)
+	go relay(ob.MarkDelivered, remarked)
+	close(start)
+	wg.Wait()
+	close(fail)
+	for err := range fail {
+		t.Fatal(err)
+	}
+
+	var nAcked, nRemarked, ackUndone, remarkWrong, multiReset int
+	for i, id := range ids {
+		r := get(t, db.Pool, id)
+		if acked[i] {
+			nAcked++
+			if r.State != "acked" {
+				ackUndone++
+				t.Logf("row %d: Ack succeeded but the row ended %+v", id, r)
+			}
+		}
+		if remarked[i] {
+			nRemarked++
+			// Only a pending row can be marked delivered, and only the
+			// sweep makes a delivered row pending: exactly one reset.
+			if r.Redeliveries != 1 || r.Attempts != 2 {
+				remarkWrong++
+				t.Logf("row %d: marked delivered again but %+v", id, r)
+			}
+		}
+		if r.Redeliveries > 1 {
+			multiReset++
+		}
+	}
+	if ackUndone+remarkWrong+multiReset > 0 {
+		t.Fatalf("%d acked rows not acked at the end, %d re-marked rows not reset exactly once, %d rows reset more than once",
+			ackUndone, remarkWrong, multiReset)
+	}
+	resetRows := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE redeliveries = 1`)
+	if resetRows != swept.Load() {
+		t.Fatalf("sweeps reported %d resets, %d rows carry one", swept.Load(), resetRows)
+	}
+	if swept.Load() == 0 || nAcked == 0 {
+		t.Fatalf("no race happened: %d resets, %d acks", swept.Load(), nAcked)
+	}
+	t.Logf("%d rows: %d reset by the sweeps, %d acked, %d marked delivered again", n, swept.Load(), nAcked, nRemarked)
+	invariants(t, db.Pool)
+}
+
+// The ack half of test 5 on its own, made denser: four relays ack disjoint
+// quarters of 4,000 stuck rows while two sweeps reset them. Every row ends
+// either acked (and never reset afterwards) or reset once and pending.
+func TestSweepNeverResetsAnAckedRow(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	const n, ackers = 4000, 4
+	ids := seedDelivered(t, db, n, time.Hour)
+	ctx := context.Background()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	fail := make(chan error, ackers+2)
+	var swept atomic.Int64
+	for range 2 {
+		pool, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		s := newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 20 })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := s.RunOnce(ctx)
+			if err != nil {
+				fail <- err
+			}
+			swept.Add(res.Reset)
+		}()
+	}
+	acked := make([]bool, n)
+	order := rand.Perm(n)
+	for a := range ackers {
+		pool, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		ob, err := outbox.New(pool, outbox.Options{Schema: testdb.Schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine := order[a*n/ackers : (a+1)*n/ackers]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for _, i := range mine {
+				switch err := ob.Ack(ctx, nil, ids[i]); {
+				case err == nil:
+					acked[i] = true
+				case !errors.Is(err, outbox.ErrLostRace):
+					fail <- err
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(fail)
+	for err := range fail {
+		t.Fatal(err)
+	}
+	var nAcked, undone int
+	for i, id := range ids {
+		if !acked[i] {
+			continue
+		}
+		nAcked++
+		if r := get(t, db.Pool, id); r.State != "acked" || r.Redeliveries != 0 {
+			undone++
+			t.Logf("row %d: acked, then %+v", id, r)
+		}
+	}
+	if undone > 0 {
+		t.Fatalf("%d of %d acked rows were reset afterwards", undone, nAcked)
+	}
+	if got := int64(n - nAcked); got != swept.Load() {
+		t.Fatalf("%d rows not acked, sweeps reset %d: every row is acked or reset, once", got, swept.Load())
+	}
+	t.Logf("%d acked, %d reset", nAcked, swept.Load())
+	invariants(t, db.Pool)
+}
+
+// ---- issue 5, test 6 -------------------------------------------------------
+
+// A row stuck once more after using up its redeliveries becomes dead, and
+// later sweeps leave it alone.
+func TestMaxRedeliveriesMakesRowDead(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ob := newOutbox(t, db)
+	ctx := context.Background()
+	id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "agent:gone", Kind: "work", Payload: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = 2 })
+	// deliverAndStick plays a relay pushing to a recipient that never acks.
+	deliverAndStick := func() {
+		t.Helper()
+		if err := ob.MarkDelivered(ctx, nil, id); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, db.Pool, `UPDATE outbox.deliveries SET delivered_at = now() - interval '5 minutes' WHERE id = $1`, id)
+	}
+	for i := 1; i <= 2; i++ {
+		deliverAndStick()
+		if res := run(t, s); res.Reset != 1 || res.Dead != 0 {
+			t.Fatalf("stuck #%d: %+v, want a reset", i, res)
+		}
+	}
+	deliverAndStick()
+	res := run(t, s)
+	if res.Reset != 0 || res.Dead != 1 || !res.Woken {
+		t.Fatalf("stuck #3: %+v, want dead 1", res)
+	}
+	r := get(t, db.Pool, id)
+	if r.State != "dead" || r.DeadAt == nil || r.Redeliveries != 2 || r.Attempts != 3 || r.DeliveredAt == nil {
+		t.Fatalf("row after limit: %+v, want dead with dead_at, 2 redeliveries, 3 attempts, last delivered_at kept", r)
+	}
+	again := run(t, s)
+	if again.Reset != 0 || again.Dead != 0 || again.Open != 0 || again.Woken {
+		t.Fatalf("sweep after dead: %+v, want nothing", again)
+	}
+	if r2 := get(t, db.Pool, id); r2.State != "dead" || !r2.DeadAt.Equal(*r.DeadAt) {
+		t.Fatalf("dead row changed: %+v", r2)
+	}
+	if err := ob.MarkDelivered(ctx, nil, id); !errors.Is(err, outbox.ErrLostRace) {
+		t.Fatalf("MarkDelivered on a dead row = %v, want a lost race", err)
+	}
+	var deadTotal int64
+	if err := db.Pool.QueryRow(ctx, `SELECT dead_total FROM outbox.sweep_state`).Scan(&deadTotal); err != nil || deadTotal != 1 {
+		t.Fatalf("sweep_state dead_total = %d, %v; want 1", deadTotal, err)
+	}
+	invariants(t, db.Pool)
+}
+
+// SWEEP_MAX_REDELIVERIES=0 means never dead, however often a row is reset.
+func TestMaxRedeliveriesZeroMeansNever(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ids := seedDelivered(t, db, 3, time.Hour)
+	exec(t, db.Pool, `UPDATE outbox.deliveries SET redeliveries = 500, attempts = 501 WHERE id = ANY($1)`, ids)
+	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = 0 }))
+	if res.Reset != 3 || res.Dead != 0 {
+		t.Fatalf("%+v, want 3 reset and none dead", res)
+	}
+	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 501`); n != 3 {
+		t.Fatalf("%d rows pending with 501 redeliveries, want 3", n)
+	}
+}
+
+// One statement can both reset and kill: rows under and at the limit in
+// the same batch each go their own way.
+func TestResetAndDeadInOneBatch(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ids := seedDelivered(t, db, 10, time.Hour)
+	exec(t, db.Pool, `UPDATE outbox.deliveries SET redeliveries = 3, attempts = 4 WHERE id = ANY($1)`, ids[:4])
+	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = 3 }))
+	if res.Reset != 6 || res.Dead != 4 || res.Batches != 1 {
+		t.Fatalf("%+v, want 6 reset and 4 dead in one batch", res)
+	}
+	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE id = ANY($1) AND state = 'dead'`, ids[:4]); n != 4 {
+		t.Fatalf("%d of the rows at the limit are dead, want 4", n)
+	}
+	invariants(t, db.Pool)
+}
+
+// ---- issue 5, test 7 -------------------------------------------------------
+
+// statementTracer counts what the pool sends, independently of the pass's
+// own counter.
+type statementTracer struct {
+	mu     sync.Mutex
+	total  int
+	resets int
+}
+
+func (s *statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total++
+	if strings.HasPrefix(data.SQL, store.SweepResetTag) {
+		s.resets++
+	}
+	return ctx
+}
+
+func (s *statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// SWEEP_BATCH_LIMIT=100 over 1,000 stuck rows: one pass resets all of them
+// in exactly 10 reset statements. The tenth batch knows nothing is left
+// (its `more` probe), so no empty eleventh batch is sent: the whole pass is
+// 1 count + 10 resets + 1 wake + 1 state = 13 statements.
+func TestBatchesOfLimit(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDelivered(t, db, 1000, time.Hour)
+	pc, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &statementTracer{}
+	pc.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	res := run(t, newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 100; c.PassBudget = 20 * time.Second }))
+	if res.Reset != 1000 || res.More {
+		t.Fatalf("%+v, want all 1000 reset in one pass", res)
+	}
+	if tracer.resets != 10 || res.Batches != 10 {
+		t.Fatalf("%d reset statements traced (%d batches reported), want 10", tracer.resets, res.Batches)
+	}
+	if tracer.total != 13 || res.Statements != 13 {
+		t.Fatalf("%d statements traced, %d reported, want 13", tracer.total, res.Statements)
+	}
+	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 1`); n != 1000 {
+		t.Fatalf("%d rows reset, want 1000", n)
+	}
+}
+
+// An idle table costs one count, one empty batch and the state row.
+func TestIdlePassIsThreeStatements(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	res := run(t, newSweeper(t, db.Pool))
+	if res.Statements != 3 || res.Batches != 1 || res.Woken || res.Open != 0 || res.OldestOpenAgeS != 0 {
+		t.Fatalf("idle pass: %+v", res)
+	}
+	var passes int64
+	var last *time.Time
+	if err := db.Pool.QueryRow(context.Background(), `SELECT passes, last_pass_at FROM outbox.sweep_state`).Scan(&passes, &last); err != nil {
+		t.Fatal(err)
+	}
+	if passes != 1 || last == nil {
+		t.Fatalf("sweep_state passes %d last_pass_at %v, want 1 and set", passes, last)
+	}
+}
+
+// The budget stops the batches: with a clock that moves 1s per reading and
+// a 1.5s budget, one batch runs, the pass says `more`, and the next pass
+// carries on where it stopped.
+func TestBudgetStopsBatches(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDelivered(t, db, 30, time.Hour)
+	var clock atomic.Int64
+	base := time.Now()
+	now := func() time.Time { return base.Add(time.Duration(clock.Add(1)) * time.Second) }
+	s := newSweeper(t, db.Pool, func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 1500 * time.Millisecond; c.Now = now })
+	res := run(t, s)
+	if res.Reset != 10 || res.Batches != 1 || !res.More {
+		t.Fatalf("first pass %+v, want one batch of 10 and more", res)
+	}
+	var total int64 = res.Reset
+	for range 2 {
+		total += run(t, s).Reset
+	}
+	if total != 30 {
+		t.Fatalf("three passes reset %d, want 30", total)
+	}
+}
+
+// ---- issue 5, test 8 -------------------------------------------------------
+
+// The wake arrives on a LISTENing connection once per pass with stuck work
+// and not for a pass without. Absence is proved without a sleep: a sentinel
+// notified after the pass returned must be the next thing received, since
+// notifications arrive in commit order.
+func TestWakeNotification(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	listener := db.Connect(t)
+	ctx := context.Background()
+	channel := db.Schema.DeliveriesChannel()
+	exec(t, listener, `LISTEN `+pgx.Identifier{channel}.Sanitize())
+
+	next := func() *pgconn.Notification {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("waiting for a notification: %v", err)
+		}
+		return n
+	}
+	sentinel := func(tag string) {
+		t.Helper()
+		exec(t, db.Pool, `SELECT pg_notify($1, $2)`, channel, tag)
+		if n := next(); n.Payload != tag {
+			t.Fatalf("got %q on %s before sentinel %q: an unexpected wake", n.Payload, n.Channel, tag)
+		}
+	}
+
+	seedDelivered(t, db, 3, time.Hour)
+	ob := newOutbox(t, db)
+	old, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "agent:2", Kind: "work", Payload: []byte("y")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db.Pool, `UPDATE outbox.deliveries SET created_at = now() - interval '10 minutes' WHERE id = $1`, old)
+
+	s := newSweeper(t, db.Pool, func(c *sweep.Config) { c.BatchLimit = 1 }) // several batches, still one wake
+	res := run(t, s)
+	if !res.Woken || res.Reset != 3 || res.StuckPending != 1 || res.Batches != 3 {
+		t.Fatalf("%+v, want woken after 3 resets in 3 batches and 1 stuck pending", res)
+	}
+	n := next()
+	var payload map[string]int64
+	if err := json.Unmarshal([]byte(n.Payload), &payload); err != nil {
+		t.Fatalf("payload %q: %v", n.Payload, err)
+	}
+	if n.Channel != channel || len(payload) != 2 || payload["reset"] != 3 || payload["stuck_pending"] != 1 {
+		t.Fatalf("notification %s %q, want reset 3 and stuck_pending 1", n.Channel, n.Payload)
+	}
+	sentinel("after-first-pass") // exactly one wake for the pass
+
+	// Nothing stuck any more: claim and ack everything.
+	exec(t, db.Pool, `UPDATE outbox.deliveries SET state = 'acked', attempts = attempts + 1, delivered_at = now(), acked_at = now()`)
+	quiet := run(t, s)
+	if quiet.Woken {
+		t.Fatalf("quiet pass woke: %+v", quiet)
+	}
+	sentinel("after-quiet-pass")
+}
+
+// ---- issue 5, test 9 -------------------------------------------------------
+
+// cancelOnBatch cancels the pass's context a moment after the given reset
+// statement has been sent, while the database is still running it.
+type cancelOnBatch struct {
+	store.Querier
+	batch  int
+	cancel context.CancelFunc
+	seen   atomic.Int32
+}
+
+func (c *cancelOnBatch) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if strings.HasPrefix(sql, store.SweepResetTag) && int(c.seen.Add(1)) == c.batch {
+		time.AfterFunc(50*time.Millisecond, c.cancel)
+	}
+	return c.Querier.QueryRow(ctx, sql, args...)
+}
+
+// The context is cancelled in the middle of the third batch (a trigger
+// makes each row update take 2ms, so a batch of 100 runs for 200ms+): the
+// batches that committed stay, the one cut off is rolled back whole, no row
+// is half updated, and the next pass finishes the rest.
+func TestCancelledMidPass(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDelivered(t, db, 1000, time.Hour)
+	exec(t, db.Pool, `CREATE FUNCTION outbox.slow_update() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$`)
+	exec(t, db.Pool, `CREATE TRIGGER slow BEFORE UPDATE ON outbox.deliveries FOR EACH ROW EXECUTE FUNCTION outbox.slow_update()`)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := &cancelOnBatch{Querier: db.Pool, batch: 3, cancel: cancel}
+	s := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 })
+	res, err := s.RunOnce(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunOnce = %+v, %v; want context.Canceled", res, err)
+	}
+	if res.Reset != 200 || res.Batches != 2 {
+		t.Fatalf("partial result %+v, want the 2 committed batches (200 rows)", res)
+	}
+	// The cut-off statement's backend may still be unwinding: wait until
+	// no reset statement runs, then look.
+	deadline := time.Now().Add(10 * time.Second)
+	for scalar[int64](t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND state = 'active' AND query LIKE $1`, store.SweepResetTag+"%") > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("cancelled reset statement still running after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	counts := map[string]int64{}
+	rows, err := db.Pool.Query(context.Background(), `SELECT state || '/' || redeliveries, count(*) FROM outbox.deliveries GROUP BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		var v int64
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		counts[k] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) != 2 || counts["pending/1"] != 200 || counts["delivered/0"] != 800 {
+		t.Fatalf("after the cancelled pass: %v, want 200 pending/1 and 800 delivered/0", counts)
+	}
+	invariants(t, db.Pool)
+
+	exec(t, db.Pool, `DROP TRIGGER slow ON outbox.deliveries`)
+	next := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.BatchLimit = 100 }))
+	if next.Reset != 800 {
+		t.Fatalf("next pass reset %d, want the remaining 800", next.Reset)
+	}
+	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 1`); n != 1000 {
+		t.Fatalf("%d rows reset once, want 1000", n)
+	}
+	invariants(t, db.Pool)
+}
+
+// Stuck pending rows are counted, never changed.
+func TestStuckPendingCountedNotChanged(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ob := newOutbox(t, db)
+	ctx := context.Background()
+	var ids []int64
+	for i := range 3 {
+		id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: fmt.Sprint("agent:", i), Kind: "work", Payload: []byte("z")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	exec(t, db.Pool, `UPDATE outbox.deliveries SET created_at = now() - interval '1 hour' WHERE id = ANY($1)`, ids[:2])
+	res := run(t, newSweeper(t, db.Pool))
+	if res.StuckPending != 2 || res.Open != 3 || res.Reset != 0 || !res.Woken {
+		t.Fatalf("%+v, want 2 stuck pending of 3 open, nothing reset, woken", res)
+	}
+	if res.OldestOpenAgeS < 3590 || res.OldestOpenAgeS > 3700 {
+		t.Fatalf("oldest_open_age_s %.1f, want about 3600", res.OldestOpenAgeS)
+	}
+	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 0 AND attempts = 0`); n != 3 {
+		t.Fatalf("%d untouched pending rows, want 3", n)
+	}
+}
