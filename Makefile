@@ -22,6 +22,19 @@ build-SweepFunction:
 build-CompensateFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/compensate
 
+# The README's first command: sets everything up from a fresh clone, runs
+# the bounded demo (DEMO_DURATION, default 60s) and prints the verdict.
+.PHONY: demo up down
+demo: stack-up
+	$(WITH_STACK) $(GO) run ./infra/cmd/demo
+
+# The functions under aws-lambda-rie, scheduled and fed from SQS, left
+# running in the background (pid file in .local/up/); `make down` stops it.
+up: stack-up
+	$(WITH_STACK) $(GO) run ./infra/cmd/up
+down:
+	$(GO) run ./infra/cmd/up -down
+
 .PHONY: stack-up stack-down migrate
 stack-up:
 	bash infra/stack/up.sh

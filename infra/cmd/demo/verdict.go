@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/infra/local"
+)
+
+// outcome is everything the verdict judges, gathered after the run.
+type outcome struct {
+	committed    map[int64]bool
+	abandoned    map[int64]rollback
+	placeholders map[int64]placeholder
+	consumer     consumerView
+	missing      int64
+	deliveries   deliveryCounts
+	enqueued     int64
+	lostAcks     int64
+	errCount     int
+	errs         []string
+	invokeErrs   map[string]int
+	invocations  map[string]int
+	queueDepth   int
+	dlqDepth     int
+}
+
+func (o outcome) checks() []local.Check {
+	var checks []local.Check
+	add := func(name string, ok bool, format string, args ...any) {
+		checks = append(checks, local.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+	}
+
+	// Exactly once: every committed sequence seen once, nothing else real.
+	once, missing, dup, unknown := 0, 0, 0, 0
+	for seq := range o.committed {
+		switch o.consumer.Seen[seq] {
+		case 0:
+			missing++
+		case 1:
+			once++
+		default:
+			dup++
+		}
+	}
+	for seq := range o.consumer.Seen {
+		if !o.committed[seq] {
+			unknown++
+		}
+	}
+	add("committed events consumed exactly once", missing == 0 && dup == 0 && unknown == 0 && len(o.committed) > 0,
+		"%d committed: %d once, %d missing, %d twice, %d unknown", len(o.committed), once, missing, dup, unknown)
+	add("consumed in order", o.consumer.OutOfOrder == 0,
+		"%d steps, %d not +1", o.consumer.Pos, o.consumer.OutOfOrder)
+
+	// Every abandoned sequence became a placeholder, and nothing else did.
+	filled, reported := 0, 0
+	for seq, rb := range o.abandoned {
+		if _, ok := o.placeholders[seq]; ok {
+			filled++
+		}
+		if rb.reported {
+			reported++
+		}
+	}
+	stray := 0
+	for seq := range o.placeholders {
+		if _, ok := o.abandoned[seq]; !ok {
+			stray++
+		}
+	}
+	add("every rolled-back sequence filled", filled == len(o.abandoned) && stray == 0,
+		"%d rolled back (%d reported, %d unreported): %d placeholders (fill %d, compensate %d), %d unexplained",
+		len(o.abandoned), reported, len(o.abandoned)-reported, filled,
+		o.consumer.ByPath["fill"], o.consumer.ByPath["compensate"], stray)
+	add("no gap left", o.missing == 0 && o.consumer.Pos == o.consumer.Head,
+		"consumer at %d, head %d, %d missing; longest stall %.1fs",
+		o.consumer.Pos, o.consumer.Head, o.missing, o.consumer.MaxStall.Seconds())
+
+	add("deliveries settled", o.deliveries.Open == 0 && o.deliveries.Total == o.enqueued,
+		"%d enqueued, %d acked, %d dead, %d open", o.enqueued, o.deliveries.Acked, o.deliveries.Dead, o.deliveries.Open)
+	// Each lost ack leaves one row delivered; the sweep resets it exactly
+	// once (or kills it at the redelivery limit).
+	add("every lost ack swept back once", o.lostAcks == o.deliveries.Reset+o.deliveries.Dead,
+		"%d acks lost, %d resets + %d dead", o.lostAcks, o.deliveries.Reset, o.deliveries.Dead)
+
+	add("report queues drained", o.queueDepth == 0 && o.dlqDepth == 0,
+		"%d left in the queue, %d dead-lettered", o.queueDepth, o.dlqDepth)
+	failedInv := 0
+	for _, n := range o.invokeErrs {
+		failedInv += n
+	}
+	add("function invocations succeeded", failedInv == 0,
+		"fill %d, sweep %d, compensate %d invocations; %d failed",
+		o.invocations["fill"], o.invocations["sweep"], o.invocations["compensate"], failedInv)
+	detail := "none"
+	if o.errCount > 0 {
+		detail = fmt.Sprintf("%d, first: %v", o.errCount, o.errs)
+	}
+	add("workload errors", o.errCount == 0, "%s", detail)
+	return checks
+}
+
+// latencies prints rollback→placeholder latency (placeholder recorded_at
+// minus the client's rollback time) for reported and unreported rollbacks.
+func (o outcome) latencies(w io.Writer) {
+	groups := map[bool][]time.Duration{}
+	for seq, rb := range o.abandoned {
+		if p, ok := o.placeholders[seq]; ok {
+			groups[rb.reported] = append(groups[rb.reported], p.RecordedAt.Sub(rb.at))
+		}
+	}
+	for _, reported := range []bool{true, false} {
+		name := "unreported (fill proves)"
+		if reported {
+			name = "reported (compensate)   "
+		}
+		d := groups[reported]
+		if len(d) == 0 {
+			fmt.Fprintf(w, "  %s  no samples\n", name)
+			continue
+		}
+		slices.Sort(d)
+		fmt.Fprintf(w, "  %s  n=%-5d p50 %6.2fs   p99 %6.2fs   max %6.2fs\n",
+			name, len(d), quantile(d, 0.50).Seconds(), quantile(d, 0.99).Seconds(), d[len(d)-1].Seconds())
+	}
+}
+
+// quantile is the nearest-rank quantile of sorted durations.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/infra/local"
+)
+
+// healthy is an outcome every check passes: 1..4 committed and consumed
+// once, 5 rolled back and filled, one delivery acked after one lost ack.
+func healthy() outcome {
+	at := time.Unix(1000, 0)
+	return outcome{
+		committed:    map[int64]bool{1: true, 2: true, 3: true, 4: true},
+		abandoned:    map[int64]rollback{5: {at: at, reported: true}},
+		placeholders: map[int64]placeholder{5: {FilledBy: "compensate", RecordedAt: at.Add(time.Second)}},
+		consumer: consumerView{Pos: 5, Head: 5, ByPath: map[string]int{"compensate": 1},
+			Seen: map[int64]int{1: 1, 2: 1, 3: 1, 4: 1}},
+		deliveries: deliveryCounts{Total: 1, Acked: 1, Reset: 1},
+		enqueued:   1, lostAcks: 1,
+		invocations: map[string]int{"fill": 1}, invokeErrs: map[string]int{},
+	}
+}
+
+func failing(checks []local.Check) []string {
+	var out []string
+	for _, c := range checks {
+		if !c.OK {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// TestChecks: the verdict passes a healthy outcome and fails each kind of
+// breakage by the check that names it.
+func TestChecks(t *testing.T) {
+	if got := failing(healthy().checks()); len(got) != 0 {
+		t.Fatalf("healthy outcome fails %v", got)
+	}
+	cases := map[string]func(o *outcome){
+		"committed events consumed exactly once": func(o *outcome) { o.consumer.Seen[2] = 2 },
+		"consumed in order":                      func(o *outcome) { o.consumer.OutOfOrder = 1 },
+		"every rolled-back sequence filled":      func(o *outcome) { delete(o.placeholders, 5) },
+		"no gap left":                            func(o *outcome) { o.missing = 1 },
+		"deliveries settled":                     func(o *outcome) { o.deliveries.Open = 1 },
+		"every lost ack swept back once":         func(o *outcome) { o.deliveries.Reset = 2 },
+		"report queues drained":                  func(o *outcome) { o.dlqDepth = 1 },
+		"function invocations succeeded":         func(o *outcome) { o.invokeErrs["fill"] = 1 },
+		"workload errors":                        func(o *outcome) { o.errCount = 1 },
+	}
+	for want, breakIt := range cases {
+		o := healthy()
+		breakIt(&o)
+		got := failing(o.checks())
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("breaking %q fails %v", want, got)
+		}
+	}
+	// A committed event never consumed, and a placeholder nobody explains.
+	o := healthy()
+	delete(o.consumer.Seen, 4)
+	o.placeholders[9] = placeholder{FilledBy: "fill"}
+	if got := failing(o.checks()); len(got) != 2 {
+		t.Errorf("missing event and stray placeholder fail %v", got)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if q := quantile(d, 0.5); q != 5 {
+		t.Errorf("p50 = %v", q)
+	}
+	if q := quantile(d, 0.99); q != 10 {
+		t.Errorf("p99 = %v", q)
+	}
+	if q := quantile(d[:1], 0.99); q != 1 {
+		t.Errorf("p99 of one = %v", q)
+	}
+}

@@ -1,0 +1,95 @@
+package local
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// TestReadTemplate reads the real template.yaml: the driver's emulation
+// settings must come from it, so a change there changes the local runs.
+func TestReadTemplate(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := ReadTemplate(filepath.Join(root, "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, input := range map[string][]byte{"fill": tm.FillInput, "sweep": tm.SweepInput} {
+		var doc map[string]any
+		if err := json.Unmarshal(input, &doc); err != nil {
+			t.Errorf("%s Input %q is not JSON: %v", name, input, err)
+		}
+	}
+	if tm.FunctionTimeout <= 0 || tm.BatchSize < 1 || tm.BatchSize > 10000 || tm.MaxReceiveCount < 1 {
+		t.Errorf("implausible template values: %+v", tm)
+	}
+	// AWS's rule for SQS event sources, which the driver inherits.
+	if tm.VisibilityTimeout < 6*tm.FunctionTimeout {
+		t.Errorf("visibility %s < 6 x timeout %s", tm.VisibilityTimeout, tm.FunctionTimeout)
+	}
+	if tm.BatchingWindow < 0 || tm.BatchingWindow > 300*time.Second {
+		t.Errorf("batching window %s", tm.BatchingWindow)
+	}
+}
+
+func TestReadTemplateNamesWhatIsMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.yaml")
+	if err := writeFile(path, "Globals: {Function: {Timeout: 30}}\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadTemplate(path); err == nil {
+		t.Fatal("a template without the functions was accepted")
+	}
+}
+
+// TestFailedItems: Lambda's partial batch response rules.
+func TestFailedItems(t *testing.T) {
+	batch := []types.Message{{MessageId: aws.String("a")}, {MessageId: aws.String("b")}}
+	cases := []struct {
+		name   string
+		resp   string
+		failed []string
+		whole  bool
+	}{
+		{"empty response: all succeeded", ``, nil, false},
+		{"null: all succeeded", `null`, nil, false},
+		{"no failures", `{"batchItemFailures":[]}`, nil, false},
+		{"one failed", `{"batchItemFailures":[{"itemIdentifier":"b"}]}`, []string{"b"}, false},
+		{"unknown id fails the batch", `{"batchItemFailures":[{"itemIdentifier":"zz"}]}`, nil, true},
+		{"empty id fails the batch", `{"batchItemFailures":[{"itemIdentifier":""}]}`, nil, true},
+		{"not a response fails the batch", `"oops"`, nil, true},
+	}
+	for _, c := range cases {
+		failed, whole := failedItems(json.RawMessage(c.resp), batch)
+		if whole != c.whole || (!whole && len(failed) != len(c.failed)) {
+			t.Errorf("%s: failed %v whole %v", c.name, failed, whole)
+			continue
+		}
+		for _, id := range c.failed {
+			if !failed[id] {
+				t.Errorf("%s: %s not failed", c.name, id)
+			}
+		}
+	}
+}
+
+func TestIsErrorDocument(t *testing.T) {
+	if !isErrorDocument([]byte(`{"errorMessage":"boom","errorType":"errorString"}`)) {
+		t.Error("error document not recognised")
+	}
+	for _, ok := range []string{`{"watermark":1}`, `{"batchItemFailures":[]}`, `null`, `[]`} {
+		if isErrorDocument([]byte(ok)) {
+			t.Errorf("%s taken for an error", ok)
+		}
+	}
+}
+
+func writeFile(path, body string) error { return os.WriteFile(path, []byte(body), 0o644) }

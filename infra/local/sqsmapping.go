@@ -1,0 +1,218 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// Mapping plays Lambda's SQS event source mapping with
+// ReportBatchItemFailures for one function: it long-polls the queue,
+// gathers a batch, invokes the function with a real events.SQSEvent,
+// deletes the messages that succeeded, and leaves the failed ones to the
+// visibility timeout, so the queue's redrive policy counts their receives.
+type Mapping struct {
+	SQS       *sqs.Client
+	Queue     Queues
+	Region    string
+	Function  *Function
+	BatchSize int
+	// Window is MaximumBatchingWindowInSeconds: after the first message,
+	// how long to keep gathering before invoking with a partial batch.
+	Window  time.Duration
+	Observe Observer
+
+	Stats MappingStats
+}
+
+// MappingStats count what the mapping did.
+type MappingStats struct {
+	Batches, Messages, Deleted, ItemFailures, InvokeErrors atomic.Int64
+}
+
+// longPoll is the wait of the first receive of a batch. SQS allows 20s;
+// shorter keeps shutdown prompt, at the price of a few empty receives.
+const longPoll = 2
+
+// Run polls until ctx ends; one batch in flight at a time, since rie serves
+// one invocation at a time.
+func (m *Mapping) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		batch, err := m.gather(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.observeError(fmt.Errorf("receive: %w", err))
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		if len(batch) > 0 {
+			m.deliver(ctx, batch)
+		}
+	}
+}
+
+// gather returns up to BatchSize messages: one long poll for the first,
+// then short polls until the batch is full or the window has passed. Short
+// polls, not a long poll cut off by a deadline: a receive abandoned
+// mid-flight may still have hidden its messages for the whole visibility
+// timeout.
+func (m *Mapping) gather(ctx context.Context) ([]types.Message, error) {
+	batch, err := m.receive(ctx, m.BatchSize, longPoll)
+	if err != nil || len(batch) == 0 {
+		return batch, err
+	}
+	deadline := time.Now().Add(m.Window)
+	for len(batch) < m.BatchSize && time.Now().Before(deadline) {
+		more, err := m.receive(ctx, m.BatchSize-len(batch), 0)
+		if err != nil {
+			return batch, nil // deliver what we hold; the next poll retries
+		}
+		batch = append(batch, more...)
+		if len(more) == 0 {
+			sleep(ctx, min(100*time.Millisecond, time.Until(deadline)))
+		}
+	}
+	return batch, nil
+}
+
+func (m *Mapping) receive(ctx context.Context, max int, wait int32) ([]types.Message, error) {
+	out, err := m.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(m.Queue.URL),
+		MaxNumberOfMessages:         int32(max),
+		WaitTimeSeconds:             wait,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		MessageAttributeNames:       []string{"All"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Messages, nil
+}
+
+// deliver invokes the function with one batch and settles the messages.
+func (m *Mapping) deliver(ctx context.Context, batch []types.Message) {
+	m.Stats.Batches.Add(1)
+	m.Stats.Messages.Add(int64(len(batch)))
+	event, err := json.Marshal(m.event(batch))
+	if err != nil {
+		m.observeError(err)
+		return
+	}
+	resp, err := invoke(ctx, m.Function, event, m.Observe)
+	if err != nil {
+		// A failed invocation fails the whole batch: every message comes
+		// back after the visibility timeout, as with Lambda.
+		if ctx.Err() == nil {
+			m.Stats.InvokeErrors.Add(1)
+		}
+		return
+	}
+	failed, whole := failedItems(resp, batch)
+	if whole {
+		m.Stats.ItemFailures.Add(int64(len(batch)))
+		return
+	}
+	m.Stats.ItemFailures.Add(int64(len(failed)))
+	var entries []types.DeleteMessageBatchRequestEntry
+	for i, msg := range batch {
+		if !failed[aws.ToString(msg.MessageId)] {
+			entries = append(entries, types.DeleteMessageBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: msg.ReceiptHandle,
+			})
+		}
+	}
+	if len(entries) == 0 {
+		return
+	}
+	// Deleting must not be cut short by shutdown: a batch the function
+	// handled should not be handled again by the next run.
+	out, err := m.SQS.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{
+		QueueUrl: aws.String(m.Queue.URL), Entries: entries,
+	})
+	if err != nil {
+		m.observeError(fmt.Errorf("delete %d messages: %w", len(entries), err))
+		return
+	}
+	m.Stats.Deleted.Add(int64(len(out.Successful)))
+}
+
+// failedItems reads a partial batch response. As Lambda does, a response
+// naming an item that is not in the batch (or naming none by an empty id)
+// fails the whole batch, and so does a response that is not one at all.
+func failedItems(resp json.RawMessage, batch []types.Message) (failed map[string]bool, whole bool) {
+	var r events.SQSEventResponse
+	if len(resp) > 0 && string(resp) != "null" {
+		if err := json.Unmarshal(resp, &r); err != nil {
+			return nil, true
+		}
+	}
+	inBatch := make(map[string]bool, len(batch))
+	for _, msg := range batch {
+		inBatch[aws.ToString(msg.MessageId)] = true
+	}
+	failed = map[string]bool{}
+	for _, f := range r.BatchItemFailures {
+		if !inBatch[f.ItemIdentifier] {
+			return nil, true
+		}
+		failed[f.ItemIdentifier] = true
+	}
+	return failed, false
+}
+
+// event builds the SQSEvent Lambda would send for batch.
+func (m *Mapping) event(batch []types.Message) events.SQSEvent {
+	ev := events.SQSEvent{Records: make([]events.SQSMessage, 0, len(batch))}
+	for _, msg := range batch {
+		attrs := make(map[string]string, len(msg.Attributes))
+		for k, v := range msg.Attributes {
+			attrs[k] = v
+		}
+		mattrs := make(map[string]events.SQSMessageAttribute, len(msg.MessageAttributes))
+		for k, v := range msg.MessageAttributes {
+			mattrs[k] = events.SQSMessageAttribute{
+				StringValue: v.StringValue, BinaryValue: v.BinaryValue,
+				StringListValues: v.StringListValues, BinaryListValues: v.BinaryListValues,
+				DataType: aws.ToString(v.DataType),
+			}
+		}
+		ev.Records = append(ev.Records, events.SQSMessage{
+			MessageId:              aws.ToString(msg.MessageId),
+			ReceiptHandle:          aws.ToString(msg.ReceiptHandle),
+			Body:                   aws.ToString(msg.Body),
+			Md5OfBody:              aws.ToString(msg.MD5OfBody),
+			Md5OfMessageAttributes: aws.ToString(msg.MD5OfMessageAttributes),
+			Attributes:             attrs,
+			MessageAttributes:      mattrs,
+			EventSourceARN:         m.Queue.ARN,
+			EventSource:            "aws:sqs",
+			AWSRegion:              m.Region,
+		})
+	}
+	return ev
+}
+
+func (m *Mapping) observeError(err error) {
+	if m.Observe != nil {
+		m.Observe(Invocation{Function: m.Function.Name + "-mapping", Start: time.Now(), Error: err.Error()})
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,211 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
+)
+
+// Options describe one local deployment.
+type Options struct {
+	// RepoRoot holds go.mod, template.yaml and functions/.
+	RepoRoot string
+	// AdminURL is the local stack's DATABASE_URL; Database is created on
+	// that server (dropped first when Fresh) and migrated for Schema.
+	AdminURL, Database string
+	Fresh              bool
+	Schema             string
+	// QueueName names the report queue (and QueueName-dlq).
+	QueueName string
+	// Schedule is how often fill and sweep are invoked (the template says
+	// rate(1 minute); locally a few seconds shows more in less time).
+	Schedule time.Duration
+	// Tuning gives FILL_*, SWEEP_* and COMPENSATE_* values to use when the
+	// driver's own environment does not set them.
+	Tuning map[string]string
+	// WorkDir receives the bootstraps and the functions' logs.
+	WorkDir string
+	// Observe is told about every invocation.
+	Observe Observer
+}
+
+// Stack is the three functions running under rie against a database and
+// the report queues.
+type Stack struct {
+	Options
+	Template    Template
+	DatabaseURL string
+	Region      string
+	SQS         *sqs.Client
+	Queues      Queues
+	Functions   map[string]*Function
+	Mapping     *Mapping
+	LogDir      string
+
+	logs []*os.File
+}
+
+// Start prepares the database and the queues, builds the bootstraps and
+// starts one rie per function. Close undoes what Start did.
+func Start(ctx context.Context, opts Options) (s *Stack, err error) {
+	s = &Stack{Options: opts, Functions: map[string]*Function{}, LogDir: filepath.Join(opts.WorkDir, "logs")}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.Template, err = ReadTemplate(filepath.Join(opts.RepoRoot, "template.yaml")); err != nil {
+		return s, err
+	}
+	if s.DatabaseURL, err = PrepareDatabase(ctx, opts.AdminURL, opts.Database, opts.Schema, opts.Fresh); err != nil {
+		return s, err
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return s, fmt.Errorf("AWS config: %w", err)
+	}
+	s.Region = awsCfg.Region
+	if s.Region == "" {
+		return s, errors.New("AWS_REGION is not set (source .local/stack.env)")
+	}
+	s.SQS = sqs.NewFromConfig(awsCfg)
+	if s.Queues, err = CreateQueues(ctx, s.SQS, opts.QueueName, s.Template); err != nil {
+		return s, err
+	}
+	rie, err := findRIE()
+	if err != nil {
+		return s, err
+	}
+	bootstraps, err := BuildBootstraps(ctx, opts.RepoRoot, filepath.Join(opts.WorkDir, "bin"))
+	if err != nil {
+		return s, err
+	}
+	if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
+		return s, err
+	}
+	for _, fn := range Functions {
+		out, err := os.Create(filepath.Join(s.LogDir, fn+".log"))
+		if err != nil {
+			return s, err
+		}
+		s.logs = append(s.logs, out)
+		f, err := StartFunction(ctx, FunctionSpec{Name: fn, RIE: rie, Bootstrap: bootstraps[fn], Env: s.env(fn), Output: out})
+		if err != nil {
+			return s, err
+		}
+		s.Functions[fn] = f
+	}
+	s.Mapping = &Mapping{
+		SQS: s.SQS, Queue: s.Queues, Region: s.Region, Function: s.Functions["compensate"],
+		BatchSize: s.Template.BatchSize, Window: s.Template.BatchingWindow, Observe: opts.Observe,
+	}
+	return s, nil
+}
+
+// Run plays EventBridge for fill and sweep and the event source mapping for
+// compensate until ctx ends.
+func (s *Stack) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { Schedule(ctx, s.Functions["fill"], s.Template.FillInput, s.Schedule, s.Observe) })
+	wg.Go(func() { Schedule(ctx, s.Functions["sweep"], s.Template.SweepInput, s.Schedule, s.Observe) })
+	wg.Go(func() { s.Mapping.Run(ctx) })
+	wg.Wait()
+}
+
+// Close stops every rie it started and closes the logs. Queues and the
+// database stay: the caller decides (the demo deletes its queues).
+func (s *Stack) Close() {
+	var wg sync.WaitGroup
+	for _, f := range s.Functions {
+		wg.Go(f.Stop)
+	}
+	wg.Wait()
+	for _, l := range s.logs {
+		l.Close()
+	}
+}
+
+// env is the function's environment as the template's Globals and
+// function Environment would give it, pointed at the local stack.
+func (s *Stack) env(fn string) []string {
+	env := []string{
+		"DATABASE_URL=" + s.DatabaseURL,
+		"OUTBOX_SCHEMA=" + s.Schema,
+		// rie enforces the timeout itself and passes the deadline to the
+		// function, so budget.For sees the same deadline as on Lambda.
+		"AWS_LAMBDA_FUNCTION_TIMEOUT=" + strconv.Itoa(int(s.Template.FunctionTimeout.Seconds())),
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256",
+		// The template's LoggingConfig LogFormat JSON.
+		"AWS_LAMBDA_LOG_FORMAT=JSON",
+		"AWS_REGION=" + s.Region,
+		"AWS_DEFAULT_REGION=" + s.Region,
+	}
+	// The SQS endpoint and the emulator's keys, for compensate's client.
+	for _, k := range []string{"AWS_ENDPOINT_URL_SQS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	if fn == "compensate" {
+		env = append(env, "COMPENSATE_DLQ_URL="+s.Queues.DLQURL)
+	}
+	// The tunables this function reads (config.Variables is the list the
+	// config package itself reads): the driver's environment wins over
+	// the caller's defaults.
+	for _, v := range config.Variables() {
+		if !slices.Contains(v.UsedBy, fn) || len(v.UsedBy) > 1 || v.Name == "COMPENSATE_DLQ_URL" {
+			continue
+		}
+		if val, ok := os.LookupEnv(v.Name); ok {
+			env = append(env, v.Name+"="+val)
+		} else if val, ok := s.Tuning[v.Name]; ok {
+			env = append(env, v.Name+"="+val)
+		}
+	}
+	return env
+}
+
+// findRIE is AWS_LAMBDA_RIE (written to .local/stack.env by the stack
+// script), or aws-lambda-rie on PATH or in GOPATH/bin.
+func findRIE() (string, error) {
+	if p := os.Getenv("AWS_LAMBDA_RIE"); p != "" {
+		return p, nil
+	}
+	if p, err := exec.LookPath("aws-lambda-rie"); err == nil {
+		return p, nil
+	}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "aws-lambda-rie")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("aws-lambda-rie not found: run `bash infra/stack/up.sh` (it installs it and writes AWS_LAMBDA_RIE to .local/stack.env)")
+}
+
+// Endpoints lists what a developer points an application at.
+func (s *Stack) Endpoints() []string {
+	lines := []string{
+		"DATABASE_URL=" + s.DatabaseURL,
+		"OUTBOX_SCHEMA=" + s.Schema,
+		"ROLLBACK_QUEUE_URL=" + s.Queues.URL,
+		"ROLLBACK_DLQ_URL=" + s.Queues.DLQURL,
+	}
+	for _, fn := range Functions {
+		lines = append(lines, fmt.Sprintf("INVOKE_%s=%s", strings.ToUpper(fn), s.Functions[fn].URL))
+	}
+	return lines
+}
