@@ -1,0 +1,279 @@
+package fill
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
+	"github.com/outboxkeeper/outboxkeeper/shared/store"
+)
+
+// Test helpers: real PostgreSQL (a fresh database per test), writers played
+// on their own connections.
+
+// clock is real time plus an offset the test can move forward, so a grace
+// can "pass" without sleeping it while sleeps inside the pass stay real.
+type clock struct{ offset atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+func testConfig() config.Fill {
+	return config.Fill{Grace: 200 * time.Millisecond, BatchLimit: 1000, PageSize: 1000, PassBudget: 3 * time.Second}
+}
+
+func newService(t testing.TB, q store.Querier, cfg config.Fill, opts Options) *Service {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = &metrics.Emitter{Function: "fill", Out: io.Discard}
+	}
+	s, err := New(q, store.MustSchema(testdb.Schema), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// passContext bounds a pass in a test so that a pass stuck on a lock fails
+// the test instead of hanging it; far above every test budget, so the
+// budget (min with deadline - 2s) is unaffected.
+func passContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+func runPass(t testing.TB, s *Service) *Result {
+	t.Helper()
+	ctx, cancel := passContext()
+	defer cancel()
+	res, err := s.RunOnce(ctx)
+	if err != nil {
+		t.Fatalf("pass: %v (result %+v)", err, res)
+	}
+	return res
+}
+
+func exec(t testing.TB, q store.Querier, sql string, args ...any) {
+	t.Helper()
+	if _, err := q.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// commit publishes n events in one committed transaction and returns the
+// last sequence.
+func commit(t testing.TB, db *testdb.DB, n int) int64 {
+	t.Helper()
+	var last int64
+	err := db.Pool.QueryRow(context.Background(),
+		`SELECT max(s) FROM outbox.publish_batch('t', array_fill('{"real":true}'::jsonb, ARRAY[$1::int])) AS s`, n).Scan(&last)
+	if err != nil {
+		t.Fatalf("commit %d: %v", n, err)
+	}
+	return last
+}
+
+// burn plays a writer that publishes n events and rolls back, leaving n
+// allocated sequences that will never be written.
+func burn(t testing.TB, db *testdb.DB, n int) (first, last int64) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	err = tx.QueryRow(ctx,
+		`SELECT min(s), max(s) FROM outbox.publish_batch('t', array_fill('{"burned":true}'::jsonb, ARRAY[$1::int])) AS s`, n).Scan(&first, &last)
+	if err != nil {
+		t.Fatalf("burn %d: %v", n, err)
+	}
+	return first, last
+}
+
+// writer is an open transaction on its own connection.
+type writer struct {
+	t    testing.TB
+	conn *pgx.Conn
+	tx   pgx.Tx
+	pid  int32
+}
+
+func openWriter(t testing.TB, db *testdb.DB) *writer {
+	t.Helper()
+	ctx := context.Background()
+	conn := db.Connect(t)
+	w := &writer{t: t, conn: conn}
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&w.pid); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.tx = tx
+	return w
+}
+
+// publish publishes one event inside the open transaction (xid first, then
+// the sequence, then the row, all uncommitted).
+func (w *writer) publish() int64 {
+	w.t.Helper()
+	var s int64
+	if err := w.tx.QueryRow(context.Background(), `SELECT outbox.publish('t', '{"late":true}')`).Scan(&s); err != nil {
+		w.t.Fatal(err)
+	}
+	return s
+}
+
+// allocate takes the xid, then a sequence, without inserting the row yet:
+// a writer between its nextval and its insert (§3.1 order).
+func (w *writer) allocate() int64 {
+	w.t.Helper()
+	ctx := context.Background()
+	var s int64
+	if _, err := w.tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.tx.QueryRow(ctx, `SELECT nextval('outbox.events_sequence_seq')`).Scan(&s); err != nil {
+		w.t.Fatal(err)
+	}
+	return s
+}
+
+// insert writes the row for a sequence allocate() returned.
+func (w *writer) insert(s int64) error {
+	_, err := w.tx.Exec(context.Background(),
+		`INSERT INTO outbox.events (sequence, xid, topic, payload) VALUES ($1, pg_current_xact_id(), 't', '{"late":true}')`, s)
+	return err
+}
+
+func (w *writer) commit() {
+	w.t.Helper()
+	if err := w.tx.Commit(context.Background()); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *writer) rollback() {
+	w.t.Helper()
+	if err := w.tx.Rollback(context.Background()); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// row is one events row as tests compare it.
+type row struct {
+	Topic    *string
+	Payload  *string
+	FilledBy *string
+	Xmin     string
+}
+
+func rows(t testing.TB, db *testdb.DB) map[int64]row {
+	t.Helper()
+	r, err := db.Pool.Query(context.Background(),
+		`SELECT sequence, topic, payload::text, filled_by, xmin::text FROM outbox.events ORDER BY sequence`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]row{}
+	for r.Next() {
+		var s int64
+		var v row
+		if err := r.Scan(&s, &v.Topic, &v.Payload, &v.FilledBy, &v.Xmin); err != nil {
+			t.Fatal(err)
+		}
+		out[s] = v
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func isPlaceholder(r row, ok bool) bool { return ok && r.FilledBy != nil && *r.FilledBy == "fill" }
+func isReal(r row, ok bool) bool        { return ok && r.FilledBy == nil && r.Topic != nil }
+
+func head(t testing.TB, db *testdb.DB) int64 {
+	t.Helper()
+	var h int64
+	if err := db.Pool.QueryRow(context.Background(), `SELECT outbox.allocation_head()`).Scan(&h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// started runs a first pass over a table holding one committed event, so
+// that later gaps are live stalls (grace applies), not historical ones.
+func started(t testing.TB, db *testdb.DB) {
+	t.Helper()
+	commit(t, db, 1)
+	res := runPass(t, newService(t, db.Pool, testConfig(), Options{}))
+	if !res.Started || res.Watermark != 1 {
+		t.Fatalf("first pass: %+v", res)
+	}
+}
+
+func waiting(r *Result) string { return r.WaitingFor() }
+
+// recorder is a Querier that records every statement's SQL, in order.
+type recorder struct {
+	Q    store.Querier
+	mu   sync.Mutex
+	sql  []string
+	args [][]any
+}
+
+func (r *recorder) note(sql string, args []any) {
+	r.mu.Lock()
+	r.sql = append(r.sql, sql)
+	r.args = append(r.args, args)
+	r.mu.Unlock()
+}
+
+func (r *recorder) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	r.note(sql, args)
+	return r.Q.Exec(ctx, sql, args...)
+}
+
+func (r *recorder) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	r.note(sql, args)
+	return r.Q.Query(ctx, sql, args...)
+}
+
+func (r *recorder) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	r.note(sql, args)
+	return r.Q.QueryRow(ctx, sql, args...)
+}
+
+// assignsMarker says statement i is the state save that assigns an
+// episode marker ($10, "assign episode marker", is true).
+func (r *recorder) assignsMarker(i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !strings.Contains(r.sql[i], "fill_state") || len(r.args[i]) < 10 {
+		return false
+	}
+	b, ok := r.args[i][9].(bool)
+	return ok && b
+}
+
+func (r *recorder) statements() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.sql...)
+}
