@@ -15,9 +15,10 @@ CREATE TABLE {{schema}}.fill_state (
     lease_owner           text,
     lease_expires_at      timestamptz,
 
-    -- false until a pass has seen a non-empty table; the first such pass
-    -- anchors the watermark just below the lowest present sequence and
-    -- records the head it saw as the historical boundary.
+    -- false until the first pass anchors the watermark (shared/fill
+    -- initialWatermark: at 0 for a young outbox, just below the lowest
+    -- present row when older history was pruned) and records the head it
+    -- saw as the historical boundary.
     started               boolean NOT NULL DEFAULT false,
     -- Every sequence in (start, watermark] is present; only ever raised
     -- (GREATEST), so a late save from a slow pass cannot move it back.

@@ -25,3 +25,20 @@ func For(ctx context.Context, configured time.Duration, now time.Time) time.Dura
 	}
 	return d
 }
+
+// Sleep waits d or until ctx ends, whichever is first: the passes wait out
+// graces, proof polls and retry intervals this way so a cancelled
+// invocation stops at once.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

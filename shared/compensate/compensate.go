@@ -493,7 +493,7 @@ func (s *Service) retry(ctx context.Context, end time.Time, res *Result, fn func
 			return err
 		}
 		res.Retries++
-		if err := sleep(ctx, s.cfg.RetryInterval); err != nil {
+		if err := budget.Sleep(ctx, s.cfg.RetryInterval); err != nil {
 			return err
 		}
 	}
@@ -564,18 +564,4 @@ func joinErr(a, b string) string {
 		return b
 	}
 	return a + "; " + b
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

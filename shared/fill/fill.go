@@ -329,7 +329,7 @@ func (p *pass) loop(ctx context.Context) (string, error) {
 			// Wait in short steps and re-read the window each time: a late
 			// commit ends the stall early, at no write.
 			due := ep.FirstSeenAt.Add(s.cfg.Grace)
-			if err := sleep(ctx, min(s.opts.ProofPoll, due.Sub(now))); err != nil {
+			if err := budget.Sleep(ctx, min(s.opts.ProofPoll, due.Sub(now))); err != nil {
 				return "", err
 			}
 			continue
@@ -420,7 +420,7 @@ func (p *pass) prove(ctx context.Context, marker uint64) (bool, error) {
 		if !now.Add(p.s.opts.ProofPoll).Before(p.deadline) {
 			break
 		}
-		if err := sleep(ctx, p.s.opts.ProofPoll); err != nil {
+		if err := budget.Sleep(ctx, p.s.opts.ProofPoll); err != nil {
 			return false, err
 		}
 	}
@@ -530,19 +530,5 @@ func (p *pass) report() {
 	}
 	if st.ProofBlockedSince != nil {
 		r.ProofBlockedSeconds = max(now.Sub(*st.ProofBlockedSince), 0).Seconds()
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
