@@ -9,10 +9,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxkeeper/outboxkeeper/infra/local/rie"
 )
 
 // Functions are the three function names, which are also their folders
@@ -20,24 +21,14 @@ import (
 var Functions = []string{"fill", "sweep", "compensate"}
 
 // BuildBootstraps builds functions/<fn> for the host into outDir/<fn>/bootstrap
-// and returns the paths by name. The tag is the one `sam build` uses
-// (lambda.norpc: provided.* runtimes never speak the legacy RPC protocol),
-// but for the host's OS and architecture, since rie runs them here.
+// (see rie.Build) and returns the paths by name.
 func BuildBootstraps(ctx context.Context, repoRoot, outDir string) (map[string]string, error) {
 	paths := make(map[string]string, len(Functions))
 	g, ctx := errgroup.WithContext(ctx)
 	for _, fn := range Functions {
 		out := filepath.Join(outDir, fn, "bootstrap")
 		paths[fn] = out
-		g.Go(func() error {
-			cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-o", out, "./functions/"+fn)
-			cmd.Dir = repoRoot
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("build functions/%s: %w\n%s", fn, err, b)
-			}
-			return nil
-		})
+		g.Go(func() error { return rie.Build(ctx, repoRoot, "./functions/"+fn, out) })
 	}
 	return paths, g.Wait()
 }

@@ -81,15 +81,4 @@ func TestFailedItems(t *testing.T) {
 	}
 }
 
-func TestIsErrorDocument(t *testing.T) {
-	if !isErrorDocument([]byte(`{"errorMessage":"boom","errorType":"errorString"}`)) {
-		t.Error("error document not recognised")
-	}
-	for _, ok := range []string{`{"watermark":1}`, `{"batchItemFailures":[]}`, `null`, `[]`} {
-		if isErrorDocument([]byte(ok)) {
-			t.Errorf("%s taken for an error", ok)
-		}
-	}
-}
-
 func writeFile(path, body string) error { return os.WriteFile(path, []byte(body), 0o644) }

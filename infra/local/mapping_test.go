@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/outboxkeeper/outboxkeeper/infra/local/rie"
 	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
@@ -25,7 +26,7 @@ import (
 // DLQ after maxReceiveCount receives.
 func TestMapping(t *testing.T) {
 	t.Parallel()
-	rie := testenv.Require(t, "AWS_LAMBDA_RIE")
+	rieBin := testenv.Require(t, "AWS_LAMBDA_RIE")
 	bootstrap := lambdatest.Build(t, "./infra/local/testdata/partial")
 	c := sqstest.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -39,7 +40,7 @@ func TestMapping(t *testing.T) {
 	defer q.Delete(context.Background(), c)
 
 	var logs bytes.Buffer // written by rie's pipe copier; read after Stop
-	f, err := StartFunction(ctx, FunctionSpec{Name: "partial", RIE: rie, Bootstrap: bootstrap, Output: &logs})
+	f, err := rie.Start(ctx, rie.Spec{Name: "partial", RIE: rieBin, Bootstrap: bootstrap, Output: &logs})
 	if err != nil {
 		t.Fatal(err)
 	}

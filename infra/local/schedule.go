@@ -28,6 +28,9 @@ func invoke(ctx context.Context, f *Function, event []byte, observe Observer) (j
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // shutting down: not the function's failure
 		}
+		// The body is in the error; as Response it might not even be JSON
+		// (rie's "Task timed out" text), and observers marshal it.
+		inv.Response, resp = nil, nil
 		inv.Error = err.Error()
 	}
 	if observe != nil {

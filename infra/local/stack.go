@@ -16,6 +16,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/outboxkeeper/outboxkeeper/infra/local/rie"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
@@ -85,7 +86,7 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	if s.Queues, err = CreateQueues(ctx, s.SQS, opts.QueueName, s.Template); err != nil {
 		return s, err
 	}
-	rie, err := findRIE()
+	rieBin, err := findRIE()
 	if err != nil {
 		return s, err
 	}
@@ -102,7 +103,7 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 			return s, err
 		}
 		s.logs = append(s.logs, out)
-		f, err := StartFunction(ctx, FunctionSpec{Name: fn, RIE: rie, Bootstrap: bootstraps[fn], Env: s.env(fn), Output: out})
+		f, err := rie.Start(ctx, rie.Spec{Name: fn, RIE: rieBin, Bootstrap: bootstraps[fn], Env: s.env(fn), Output: out})
 		if err != nil {
 			return s, err
 		}
@@ -138,29 +139,28 @@ func (s *Stack) Close() {
 	}
 }
 
-// env is the function's environment as the template's Globals and
-// function Environment would give it, pointed at the local stack.
-func (s *Stack) env(fn string) []string {
-	env := []string{
-		"DATABASE_URL=" + s.DatabaseURL,
-		"OUTBOX_SCHEMA=" + s.Schema,
-		// rie enforces the timeout itself and passes the deadline to the
-		// function, so budget.For sees the same deadline as on Lambda.
-		"AWS_LAMBDA_FUNCTION_TIMEOUT=" + strconv.Itoa(int(s.Template.FunctionTimeout.Seconds())),
-		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256",
-		// The template's LoggingConfig LogFormat JSON.
-		"AWS_LAMBDA_LOG_FORMAT=JSON",
-		"AWS_REGION=" + s.Region,
-		"AWS_DEFAULT_REGION=" + s.Region,
+// env is the function's configuration as the template's Globals and
+// function Environment would give it, pointed at the local stack; rie adds
+// what Lambda itself sets, and nothing else of the driver's environment.
+func (s *Stack) env(fn string) map[string]string {
+	env := map[string]string{
+		"DATABASE_URL":  s.DatabaseURL,
+		"OUTBOX_SCHEMA": s.Schema,
+		// The template's timeout, not rie's default: rie enforces it and
+		// passes the deadline to the function, as Lambda does.
+		"AWS_LAMBDA_FUNCTION_TIMEOUT":     strconv.Itoa(int(s.Template.FunctionTimeout.Seconds())),
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
+		"AWS_REGION":                      s.Region,
+		"AWS_DEFAULT_REGION":              s.Region,
 	}
 	// The SQS endpoint and the emulator's keys, for compensate's client.
 	for _, k := range []string{"AWS_ENDPOINT_URL_SQS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
 		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
+			env[k] = v
 		}
 	}
 	if fn == "compensate" {
-		env = append(env, "COMPENSATE_DLQ_URL="+s.Queues.DLQURL)
+		env["COMPENSATE_DLQ_URL"] = s.Queues.DLQURL
 	}
 	// The tunables this function reads (config.Variables is the list the
 	// config package itself reads): the driver's environment wins over
@@ -170,9 +170,9 @@ func (s *Stack) env(fn string) []string {
 			continue
 		}
 		if val, ok := os.LookupEnv(v.Name); ok {
-			env = append(env, v.Name+"="+val)
+			env[v.Name] = val
 		} else if val, ok := s.Tuning[v.Name]; ok {
-			env = append(env, v.Name+"="+val)
+			env[v.Name] = val
 		}
 	}
 	return env

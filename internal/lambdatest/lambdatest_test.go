@@ -92,15 +92,3 @@ func TestTwoFunctionsConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 }
-
-func TestAsLambdaError(t *testing.T) {
-	if asLambdaError([]byte(`{"errorMessage":"x"}`)) != nil {
-		t.Error("one key alone is not an error object")
-	}
-	if asLambdaError([]byte(`[1]`)) != nil || asLambdaError([]byte(`"s"`)) != nil {
-		t.Error("non-objects are not error objects")
-	}
-	if e := asLambdaError([]byte(`{"errorMessage":"m","errorType":"T"}`)); e == nil || e.Type != "T" {
-		t.Errorf("got %v", e)
-	}
-}
