@@ -204,6 +204,14 @@ func (s *Stack) Endpoints() []string {
 		"ROLLBACK_QUEUE_URL=" + s.Queues.URL,
 		"ROLLBACK_DLQ_URL=" + s.Queues.DLQURL,
 	}
+	// An application's Reporter needs the emulator's endpoint too: the
+	// queue URL's host (sqs.<region>.localhost) does not resolve here, and
+	// aws-sdk-go-v2 sends to AWS_ENDPOINT_URL_SQS instead.
+	for _, k := range []string{"AWS_ENDPOINT_URL_SQS", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
+		if v := os.Getenv(k); v != "" {
+			lines = append(lines, k+"="+v)
+		}
+	}
 	for _, fn := range Functions {
 		lines = append(lines, fmt.Sprintf("INVOKE_%s=%s", strings.ToUpper(fn), s.Functions[fn].URL))
 	}
