@@ -28,12 +28,32 @@ CREATE TABLE {{schema}}.events (
 
 ALTER SEQUENCE {{schema}}.events_sequence_seq OWNED BY {{schema}}.events.sequence;
 
--- The allocation head: the last sequence any session has been handed, 0
--- before the first. Reading the sequence relation sees every session's
--- allocations (unlike currval), and CACHE 1 makes that exact.
+-- The allocation head: the last sequence handed to any writer, 0 before
+-- the first. Reading the sequence relation sees every session's
+-- allocations (unlike currval), and CACHE 1 makes that exact: with a larger
+-- cache, values a session holds but has not handed out yet would count as
+-- allocated, and a placeholder could take a sequence its writer is about to
+-- use. So the head refuses to answer for a sequence altered to cache more,
+-- which stops the fill and compensate functions instead of letting them
+-- fill unsoundly. After setval(seq, n, false) the next value is n, so the
+-- head is n - 1.
 CREATE FUNCTION {{schema}}.allocation_head() RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{schema}}.events_sequence_seq
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_cache bigint;
+    v_head  bigint;
+BEGIN
+    SELECT seqcache INTO v_cache FROM pg_catalog.pg_sequence
+    WHERE seqrelid = '{{schema}}.events_sequence_seq'::regclass;
+    IF v_cache IS DISTINCT FROM 1 THEN
+        RAISE EXCEPTION 'events_sequence_seq has CACHE %, it must be CACHE 1', v_cache
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'ALTER SEQUENCE ' || {{schema_name}} || '.events_sequence_seq CACHE 1';
+    END IF;
+    SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END INTO v_head
+    FROM {{schema}}.events_sequence_seq;
+    RETURN v_head;
+END
 $$;
 
 -- publish_batch is the one-statement publish used by the Go library and by

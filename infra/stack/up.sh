@@ -56,6 +56,7 @@ fsync = off                 # tests never survive a crash anyway
 synchronous_commit = off
 full_page_writes = off
 max_connections = 300       # parallel test packages each open pools
+max_prepared_transactions = 10  # tests name two-phase transactions holding the horizon
 CONF
     fi
     log "starting postgres on 127.0.0.1:$PG_PORT"

@@ -144,6 +144,11 @@ func New(opts Options) (*Service, error) {
 // that finished between the snapshot and the lock read, which the caller
 // settles by asking once more (re-check) before calling it bad input.
 //
+// pg_locks shows 32-bit xids, so x::xid drops the epoch: an xid 2^32 above a
+// running writer's would match its lock. Running xids lie less than 2^31
+// above xmax (wraparound protection keeps them far closer), so anything
+// further is future whatever pg_locks says.
+//
 // CASE evaluates its branches in order and pg_xact_status is volatile, so
 // it is never called (nor folded early) for an xid at or above xmax. A NULL
 // status means the xid is older than the commit log kept: it ended long
@@ -156,7 +161,8 @@ func checkSQL(schema store.Schema) string {
 	SELECT b.head, b.xmax::text, x::text,
 	       CASE WHEN x IS NULL THEN NULL
 	            WHEN x < b.xmax THEN coalesce(pg_xact_status(x), '` + StatusTooOld + `')
-	            WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+	            WHEN x::text::numeric - b.xmax::text::numeric < 2147483648
+	             AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
 	                         WHERE l.locktype = 'transactionid' AND l.transactionid = x::xid AND l.granted)
 	                 THEN '` + StatusInProgress + `'
 	            ELSE '` + StatusFuture + `' END

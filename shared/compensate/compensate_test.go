@@ -935,3 +935,34 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+// An xid exactly one epoch (2^32) above a running writer's: pg_locks shows
+// 32-bit xids, so without the epoch bound it would match the writer's lock
+// and be deferred as "in progress" forever instead of refused as future.
+func TestFutureXIDOneEpochAboveRunningWriterIsBadInput(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	writer := f.db.Connect(t)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(1)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xid := xidOf(t, tx) + 1<<32
+	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
+	ev := f.receive(1, 10*time.Second)
+	res := f.svc.Process(ctx, ev)
+	if res.Invalid != 1 || res.Deferred != 0 || len(res.Response().BatchItemFailures) != 0 {
+		t.Fatalf("result %+v, want the report refused as bad input", res)
+	}
+	got := sqstest.Drain(t, f.sqs, f.dlq, 1, 10*time.Second)
+	if len(got) != 1 || !strings.Contains(aws.ToString(got[0].MessageAttributes["error"].StringValue), "in the future") {
+		t.Fatalf("DLQ got %+v, want one message refused as in the future", got)
+	}
+	f.requireMissing(seqs)
+}

@@ -764,3 +764,56 @@ func TestEmptyTableWaitsForFirstRow(t *testing.T) {
 }
 
 var _ store.Querier = (*recorder)(nil)
+
+// A prepared (two-phase) transaction holds the horizon with no backend, so
+// pg_stat_activity never shows it: blocked_by must still name it, and the
+// gap it may own must not be filled until it is resolved.
+func TestBlockedByNamesPreparedTransaction(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	var maxPrepared string
+	if err := db.Pool.QueryRow(ctx, `SHOW max_prepared_transactions`).Scan(&maxPrepared); err != nil {
+		t.Fatal(err)
+	}
+	if maxPrepared == "0" {
+		t.Skip("needs max_prepared_transactions > 0 (infra/stack/up.sh sets it)")
+	}
+	commit(t, db, 1) // 1
+	gid := "okt-" + db.Name
+	w := db.Connect(t)
+	if _, err := w.Exec(ctx, `BEGIN; SELECT outbox.publish('t', '{}'); PREPARE TRANSACTION '`+gid+`'`); err != nil {
+		t.Fatal(err)
+	}
+	resolved := false
+	t.Cleanup(func() {
+		if !resolved {
+			_, _ = db.Pool.Exec(context.Background(), `ROLLBACK PREPARED '`+gid+`'`)
+		}
+	})
+	commit(t, db, 1) // 3: 2 belongs to the prepared writer
+
+	cfg := testConfig()
+	cfg.PassBudget = time.Second
+	s := newService(t, db.Pool, cfg, Options{})
+	res := runPass(t, s)
+	if res.Filled != 0 || waiting(res) != "proof" {
+		t.Fatalf("want the proof blocked and nothing filled; got %+v", res)
+	}
+	named := false
+	for _, b := range res.BlockedBy {
+		if b.PID == 0 && strings.Contains(b.State, gid) {
+			named = true
+		}
+	}
+	if !named {
+		t.Fatalf("blocked_by %+v does not name prepared transaction %s", res.BlockedBy, gid)
+	}
+
+	exec(t, db.Pool, `ROLLBACK PREPARED '`+gid+`'`)
+	resolved = true
+	res = runPass(t, s)
+	if res.Filled != 1 || res.Watermark != 3 {
+		t.Fatalf("after ROLLBACK PREPARED: %+v", res)
+	}
+}

@@ -34,15 +34,27 @@ func newHorizonSQL() horizonSQL {
 		// roles' state and xact_start need pg_read_all_stats; pid,
 		// application_name and the xid columns are visible to everyone, so
 		// the xid age always names them.
-		blockers: `SELECT pid, coalesce(state, ''),
-				extract(epoch FROM now() - xact_start)::float8,
-				greatest(coalesce(age(backend_xid), 0), coalesce(age(backend_xmin), 0))::bigint,
-				coalesce(application_name, ''), coalesce(backend_xid::text, ''), coalesce(backend_xmin::text, '')
-			FROM pg_stat_activity
-			WHERE pid <> pg_backend_pid()
-			  AND (age(backend_xid) >= age(` + marker32 + `) OR age(backend_xmin) >= age(` + marker32 + `))
-			ORDER BY backend_xid IS NULL,
-			         greatest(coalesce(age(backend_xid), 0), coalesce(age(backend_xmin), 0)) DESC
+		blockers: `SELECT pid, state, xact_age_s, xid_age, application_name, backend_xid, backend_xmin FROM (
+				SELECT pid, coalesce(state, '') AS state,
+					extract(epoch FROM now() - xact_start)::float8 AS xact_age_s,
+					greatest(coalesce(age(backend_xid), 0), coalesce(age(backend_xmin), 0))::bigint AS xid_age,
+					coalesce(application_name, '') AS application_name,
+					coalesce(backend_xid::text, '') AS backend_xid, coalesce(backend_xmin::text, '') AS backend_xmin
+				FROM pg_stat_activity
+				WHERE pid <> pg_backend_pid()
+				  AND (age(backend_xid) >= age(` + marker32 + `) OR age(backend_xmin) >= age(` + marker32 + `))
+				UNION ALL
+				-- A prepared (two-phase) transaction holds the horizon
+				-- with no backend at all, so pg_stat_activity never shows
+				-- it; name it by its gid (pid 0) or the operator is left
+				-- with an alarm and an empty list.
+				SELECT 0, 'prepared transaction ' || gid || ' (owner ' || owner || ', database ' || database || ')',
+					extract(epoch FROM now() - prepared)::float8,
+					age(transaction)::bigint, '', transaction::text, ''
+				FROM pg_prepared_xacts
+				WHERE age(transaction) >= age(` + marker32 + `)
+			) holders
+			ORDER BY backend_xid = '', xid_age DESC
 			LIMIT ` + strconv.Itoa(MaxBlockers),
 	}
 }

@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -94,5 +95,41 @@ func TestSequenceHasCacheOne(t *testing.T) {
 	}
 	if cache != 1 {
 		t.Fatalf("events_sequence_seq cache = %d, want 1 (DESIGN §3.2)", cache)
+	}
+}
+
+// TestAllocationHead covers the head every fill and compensate decision
+// rests on: 0 before the first allocation, the last value handed out after,
+// one below the next value after setval(..., false), and no answer at all
+// once the sequence caches more than one value (DESIGN §3.2).
+func TestAllocationHead(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	head := func() (int64, error) {
+		var h int64
+		err := db.Pool.QueryRow(ctx, `SELECT outbox.allocation_head()`).Scan(&h)
+		return h, err
+	}
+	if h, err := head(); err != nil || h != 0 {
+		t.Fatalf("fresh head = %d, %v; want 0", h, err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}'); SELECT outbox.publish('t', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := head(); err != nil || h != 2 {
+		t.Fatalf("head after two publishes = %d, %v; want 2", h, err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT setval('outbox.events_sequence_seq', 10, false)`); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := head(); err != nil || h != 9 {
+		t.Fatalf("head after setval(10, false) = %d, %v; want 9", h, err)
+	}
+	if _, err := db.Pool.Exec(ctx, `ALTER SEQUENCE outbox.events_sequence_seq CACHE 20`); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := head(); err == nil || !strings.Contains(err.Error(), "CACHE 20") {
+		t.Fatalf("head with CACHE 20 = %d, %v; want a refusal", h, err)
 	}
 }

@@ -352,3 +352,43 @@ func equal(a, b []int64) bool {
 }
 
 var _ = pgx.ErrNoRows
+
+// TestDeliveredAtIsTheMarkTime: a relay that claims, pushes and marks in
+// one transaction must stamp the time of the mark, not of the claim, or a
+// slow push would look stuck to the sweep the moment it commits.
+func TestDeliveredAtIsTheMarkTime(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	ob := newOutbox(t, db, outbox.Options{})
+	id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "r", Kind: "k", Payload: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var claimedAt time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&claimedAt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.ClaimPending(ctx, tx, 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the push
+	if err := ob.MarkDelivered(ctx, tx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var deliveredAt time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT delivered_at FROM outbox.deliveries WHERE id = $1`, id).Scan(&deliveredAt); err != nil {
+		t.Fatal(err)
+	}
+	if deliveredAt.Sub(claimedAt) < 250*time.Millisecond {
+		t.Fatalf("delivered_at %s is the claim time %s, not the mark time", deliveredAt, claimedAt)
+	}
+}

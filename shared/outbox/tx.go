@@ -83,7 +83,9 @@ const reportTimeout = 5 * time.Second
 // returned an error, fn panicked, or COMMIT failed — those sequences are
 // reported with the transaction's xid. A failed report never hides the
 // original error: it is joined to it (errors.Is still finds the original),
-// or logged when a panic is being re-raised. A COMMIT that failed may in
+// or logged when a panic is being re-raised. After a successful commit
+// (savepoint rollbacks to report) InTx returns nil whatever the report
+// did: an error would say "not committed". A COMMIT that failed may in
 // truth have committed (a dropped connection); reporting is still safe,
 // because the compensate function checks the xid's status and never writes
 // over a row that exists.
@@ -99,8 +101,12 @@ func (o *Outbox) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 		if p == nil && committed {
 			// Savepoint rollbacks inside a committed transaction: the xid
 			// is committed, so compensate fills exactly what is missing.
+			// A failed report is only logged: returning it would make a
+			// committed transaction look failed, and a caller that retries
+			// on error would publish everything again. Nothing is lost —
+			// the fill function proves and fills the gap after its grace.
 			if rerr := o.report(tx.state, tx.state.abandoned); rerr != nil {
-				err = rerr
+				o.log.Warn("outbox: rollback report failed after commit; the fill function will fill the gap", "error", rerr)
 			}
 			return
 		}

@@ -252,3 +252,31 @@ func TestFailedReportNeverHidesTheOriginalError(t *testing.T) {
 		t.Fatalf("the failed report was swallowed: %v", err)
 	}
 }
+
+// TestCommittedTxNeverReportsFailure: a transaction that committed returns
+// nil even when reporting its savepoint rollbacks fails, or a caller that
+// retries on error would publish its events twice.
+func TestCommittedTxNeverReportsFailure(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ob := newOutbox(t, db, outbox.Options{Reporter: failingReporter{}})
+	err := ob.InTx(context.Background(), func(ctx context.Context, tx *outbox.Tx) error {
+		if _, err := tx.Publish(ctx, "kept", 1); err != nil {
+			return err
+		}
+		_ = tx.Savepoint(ctx, func(ctx context.Context, sp *outbox.Tx) error {
+			if _, err := sp.Publish(ctx, "dropped", 2); err != nil {
+				return err
+			}
+			return errors.New("undo this part")
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("InTx returned %v for a committed transaction", err)
+	}
+	var kept int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox.events WHERE topic = 'kept'`).Scan(&kept); err != nil || kept != 1 {
+		t.Fatalf("committed rows: %d, %v", kept, err)
+	}
+}

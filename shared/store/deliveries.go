@@ -77,9 +77,13 @@ func NewDeliveries(schema Schema) *Deliveries {
 		// transaction.
 		claim: `SELECT ` + deliveryColumns + ` FROM ` + t + `
 			WHERE state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`,
-		markDelivered: `UPDATE ` + t + ` SET state = 'delivered', attempts = attempts + 1, delivered_at = now()
+		// clock_timestamp(), not now(): a relay that claims, pushes and
+		// marks in one transaction would otherwise stamp the claim time,
+		// and a push slower than SWEEP_STUCK_AFTER would look stuck the
+		// moment it commits.
+		markDelivered: `UPDATE ` + t + ` SET state = 'delivered', attempts = attempts + 1, delivered_at = clock_timestamp()
 			WHERE id = $1 AND state = 'pending'`,
-		ack:     `UPDATE ` + t + ` SET state = 'acked', acked_at = now() WHERE id = $1 AND state = 'delivered'`,
+		ack:     `UPDATE ` + t + ` SET state = 'acked', acked_at = clock_timestamp() WHERE id = $1 AND state = 'delivered'`,
 		stateOf: `SELECT state FROM ` + t + ` WHERE id = $1`,
 	}
 }
