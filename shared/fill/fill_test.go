@@ -90,22 +90,10 @@ func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 
 	cfg := testConfig()
 	cfg.Grace = 2 * time.Second
-	done := make(chan *Result, 1)
-	go func() {
-		ctx, cancel := passContext()
-		defer cancel()
-		res, err := newService(t, db.Pool, cfg, Options{}).RunOnce(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
 	time.Sleep(300 * time.Millisecond)
 	w.commit()
-	res := <-done
-	if res == nil {
-		t.FailNow()
-	}
+	res := await()
 	if res.Waiting != nil || res.Filled != 0 || res.Watermark != 3 || res.MarkersTaken != 0 {
 		t.Fatalf("want caught up without a marker or a write; got %+v", res)
 	}
@@ -179,22 +167,10 @@ func TestOpenWriterCommitsDuringProof(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace = 0
 	cfg.PassBudget = 5 * time.Second
-	done := make(chan *Result, 1)
-	go func() {
-		ctx, cancel := passContext()
-		defer cancel()
-		res, err := newService(t, db.Pool, cfg, Options{}).RunOnce(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
 	time.Sleep(600 * time.Millisecond) // the pass has its marker and polls
 	w.commit()
-	res := <-done
-	if res == nil {
-		t.FailNow()
-	}
+	res := await()
 	if res.Waiting != nil || res.Filled != 0 || res.Watermark != 3 || res.MarkersTaken != 1 {
 		t.Fatalf("want caught up with nothing written; got %+v", res)
 	}

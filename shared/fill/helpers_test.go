@@ -277,3 +277,28 @@ func (r *recorder) statements() []string {
 	defer r.mu.Unlock()
 	return append([]string(nil), r.sql...)
 }
+
+// runPassInBackground starts one pass and returns a function that waits for
+// its result, so a test can act (commit, roll back) while the pass waits on
+// its grace or proof. A pass that failed ends the test when awaited.
+func runPassInBackground(t testing.TB, s *Service) (await func() *Result) {
+	type outcome struct {
+		res *Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := passContext()
+		defer cancel()
+		res, err := s.RunOnce(ctx)
+		done <- outcome{res, err}
+	}()
+	return func() *Result {
+		t.Helper()
+		o := <-done
+		if o.err != nil {
+			t.Fatalf("pass: %v", o.err)
+		}
+		return o.res
+	}
+}
