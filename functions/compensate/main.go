@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
-	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -26,27 +24,27 @@ func main() {
 
 	db, err := config.LoadDatabase(config.Environment())
 	if err != nil {
-		fail(log, err)
+		logging.InitFailed(log, "compensate", "load database configuration", err)
 	}
 	cfg, err := config.LoadCompensate(config.Environment())
 	if err != nil {
-		fail(log, err)
+		logging.InitFailed(log, "compensate", "load compensate configuration", err)
 	}
 	schema, err := store.ParseSchema(db.Schema)
 	if err != nil {
-		fail(log, err)
+		logging.InitFailed(log, "compensate", "schema", err)
 	}
 	// The pool outlives invocations of a warm environment and connects
 	// lazily; a connection that broke is discarded and re-dialled by pgxpool.
 	pool, err := pg.NewPool(ctx, db, pg.Options{ApplicationName: "outboxkeeper-compensate"})
 	if err != nil {
-		fail(log, err)
+		logging.InitFailed(log, "compensate", "open database pool", err)
 	}
 	// LoadDefaultConfig honours AWS_ENDPOINT_URL_SQS, which is how the local
 	// stack points the client at its emulator.
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
-		fail(log, err)
+		logging.InitFailed(log, "compensate", "load AWS configuration", err)
 	}
 	svc, err := compensate.New(compensate.Options{
 		Config:  cfg,
@@ -57,14 +55,7 @@ func main() {
 		Metrics: metrics.New("compensate"),
 	})
 	if err != nil {
-		fail(log, err)
+		logging.InitFailed(log, "compensate", "build compensate service", err)
 	}
 	lambda.Start(svc.Handle)
-}
-
-// fail ends the init: Lambda reports an init error, and the log line names
-// the variable that was wrong.
-func fail(log *slog.Logger, err error) {
-	log.Error("compensate: init failed", "error", err)
-	os.Exit(1)
 }

@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
-	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
@@ -25,29 +23,23 @@ func main() {
 
 	dbConfig, err := config.LoadDatabase(env)
 	if err != nil {
-		fail(logger, "load database configuration", err)
+		logging.InitFailed(logger, "fill", "load database configuration", err)
 	}
 	fillConfig, err := config.LoadFill(env)
 	if err != nil {
-		fail(logger, "load fill configuration", err)
+		logging.InitFailed(logger, "fill", "load fill configuration", err)
 	}
 	schema, err := store.ParseSchema(dbConfig.Schema)
 	if err != nil {
-		fail(logger, "schema", err)
+		logging.InitFailed(logger, "fill", "schema", err)
 	}
 	pool, err := pg.NewPool(ctx, dbConfig, pg.Options{ApplicationName: "outboxkeeper-fill"})
 	if err != nil {
-		fail(logger, "open database pool", err)
+		logging.InitFailed(logger, "fill", "open database pool", err)
 	}
 	svc, err := fill.New(pool, schema, fillConfig, fill.Options{Logger: logger, Metrics: metrics.New("fill")})
 	if err != nil {
-		fail(logger, "build fill service", err)
+		logging.InitFailed(logger, "fill", "build fill service", err)
 	}
 	lambda.Start(svc.Handle)
-}
-
-// fail ends the init: Lambda reports the init error with this log line.
-func fail(logger *slog.Logger, what string, err error) {
-	logger.Error("fill: "+what, slog.String("error", err.Error()))
-	os.Exit(1)
 }

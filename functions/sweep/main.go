@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
@@ -17,30 +16,23 @@ import (
 
 func main() {
 	log := logging.Setup()
-	fail := func(msg string, err error) {
-		// A bad configuration fails the init, naming the variable, so the
-		// deployment is visibly broken before the first scheduled pass.
-		log.Error(msg, "error", err.Error())
-		os.Exit(1)
-	}
-
 	env := config.Environment()
 	db, err := config.LoadDatabase(env)
 	if err != nil {
-		fail("load database configuration", err)
+		logging.InitFailed(log, "sweep", "load database configuration", err)
 	}
 	cfg, err := config.LoadSweep(env)
 	if err != nil {
-		fail("load sweep configuration", err)
+		logging.InitFailed(log, "sweep", "load sweep configuration", err)
 	}
 	// The pool outlives invocations of a warm environment; it dials lazily.
 	pool, err := pg.NewPool(context.Background(), db, pg.Options{ApplicationName: "outboxkeeper-sweep"})
 	if err != nil {
-		fail("open database pool", err)
+		logging.InitFailed(log, "sweep", "open database pool", err)
 	}
 	sw, err := sweep.New(pool, sweep.Config{Sweep: cfg, Schema: db.Schema})
 	if err != nil {
-		fail("build sweeper", err)
+		logging.InitFailed(log, "sweep", "build sweeper", err)
 	}
 	h := &sweep.Handler{Sweeper: sw, Log: log, Metrics: metrics.New("sweep")}
 	lambda.Start(h.Handle)

@@ -21,3 +21,11 @@ func Setup() *slog.Logger {
 	slog.SetDefault(logger)
 	return logger
 }
+
+// InitFailed ends a function's init: the log line says what failed (a bad
+// variable is named by the config error) and the exit makes Lambda report
+// an init error, so a broken deployment shows before the first pass.
+func InitFailed(logger *slog.Logger, function, what string, err error) {
+	logger.Error(function+": init failed: "+what, slog.String("error", err.Error()))
+	os.Exit(1)
+}
