@@ -7,8 +7,6 @@ package local
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 
 	"golang.org/x/sync/errgroup"
@@ -31,24 +29,4 @@ func BuildBootstraps(ctx context.Context, repoRoot, outDir string) (map[string]s
 		g.Go(func() error { return rie.Build(ctx, repoRoot, "./functions/"+fn, out) })
 	}
 	return paths, g.Wait()
-}
-
-// RepoRoot finds the module root (the folder holding go.mod) from the
-// working directory upwards, so the commands work from any sub-folder and
-// from `go test`, which runs in the package's folder.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }

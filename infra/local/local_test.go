@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/repo"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
@@ -14,7 +16,7 @@ import (
 // TestReadTemplate reads the real template.yaml: the driver's emulation
 // settings must come from it, so a change there changes the local runs.
 func TestReadTemplate(t *testing.T) {
-	root, err := RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,13 @@ package testenv
 
 import (
 	"bufio"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/repo"
 )
 
 // SkipVar names the variable that turns a missing stack into skipped tests
@@ -30,28 +31,9 @@ var (
 	fileVars map[string]string
 )
 
-// RepoRoot returns the directory holding go.mod, found by walking up from
-// the working directory (go test runs each package in its own folder).
+// RepoRoot is repo.Root, found once per test process.
 func RepoRoot() (string, error) {
-	rootOnce.Do(func() {
-		dir, err := os.Getwd()
-		if err != nil {
-			rootErr = err
-			return
-		}
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				root = dir
-				return
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				rootErr = errors.New("testenv: no go.mod above the working directory")
-				return
-			}
-			dir = parent
-		}
-	})
+	rootOnce.Do(func() { root, rootErr = repo.Root() })
 	return root, rootErr
 }
 

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/repo"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
@@ -45,7 +47,7 @@ var errInterrupted = errors.New("interrupted")
 // run sets everything up, runs the workload for cfg.Duration, drains, and
 // judges. It returns whether every check passed.
 func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.StatusLine) (bool, error) {
-	root, err := local.RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return false, err
 	}

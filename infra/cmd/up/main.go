@@ -20,6 +20,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/repo"
 )
 
 func main() {
@@ -27,7 +29,7 @@ func main() {
 	serve := flag.Bool("serve", false, "run the stack in the foreground (what `up` starts in the background)")
 	flag.Parse()
 
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		fail(err)
 	}

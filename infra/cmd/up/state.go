@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/outboxkeeper/outboxkeeper/infra/local"
 )
 
 // state is the files in .local/up that tie `up`, the background process
@@ -29,8 +27,6 @@ func newState(root string) state {
 		logFile:   filepath.Join(dir, "up.log"),
 	}
 }
-
-func repoRoot() (string, error) { return local.RepoRoot() }
 
 // servingPid returns the pid of a running background stack, or 0. A pid
 // file whose process is gone, or is some other program that reuses the
