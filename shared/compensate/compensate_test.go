@@ -192,6 +192,24 @@ func (f *fixture) abandoned(n int) (uint64, []int64) {
 	return xidOf(f.t, tx), seqs
 }
 
+// openWriter publishes n events in a transaction on its own connection and
+// leaves it open (rolled back at cleanup unless the test ends it first): a
+// writer that is still in progress.
+func (f *fixture) openWriter(n int) (pgx.Tx, []int64) {
+	f.t.Helper()
+	ctx := context.Background()
+	tx, err := f.db.Connect(f.t).Begin(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(n)...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return tx, seqs
+}
+
 func xidOf(t *testing.T, q store.Querier) uint64 {
 	t.Helper()
 	var s string
@@ -405,15 +423,7 @@ func TestOpenWriterDeferredThenRolledBackFills(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]string{"COMPENSATE_DEFER": "2s"})
 	ctx := context.Background()
-	writer := f.db.Connect(t)
-	tx, err := writer.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(2)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, seqs := f.openWriter(2)
 	xid := xidOf(t, tx)
 	if err := f.reporter.Report(ctx, report.Report{XID: xid, HasXID: true, Sequences: seqs}); err != nil {
 		t.Fatal(err)
@@ -461,15 +471,7 @@ func TestOpenWriterDeferredThenCommittedKeepsRows(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]string{"COMPENSATE_DEFER": "1s"})
 	ctx := context.Background()
-	writer := f.db.Connect(t)
-	tx, err := writer.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(2)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, seqs := f.openWriter(2)
 	f.send(body(t, report.Report{XID: xidOf(t, tx), HasXID: true, Sequences: seqs}))
 	ev := f.receive(1, 10*time.Second)
 	if res := f.svc.Process(ctx, ev); res.Deferred != 1 {
@@ -497,16 +499,7 @@ func TestLongWriterDroppedAfterMaxDeferrals(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]string{"COMPENSATE_DEFER": "0s", "COMPENSATE_MAX_DEFERRALS": "2"})
 	ctx := context.Background()
-	writer := f.db.Connect(t)
-	tx, err := writer.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(1)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, seqs := f.openWriter(1)
 	f.send(body(t, report.Report{XID: xidOf(t, tx), HasXID: true, Sequences: seqs}))
 
 	ev := f.receive(1, 10*time.Second)
@@ -943,16 +936,7 @@ func TestFutureXIDOneEpochAboveRunningWriterIsBadInput(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
 	ctx := context.Background()
-	writer := f.db.Connect(t)
-	tx, err := writer.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	seqs, err := f.outbox().Publish(ctx, tx, "orders", payloads(1)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, seqs := f.openWriter(1)
 	xid := xidOf(t, tx) + 1<<32
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	ev := f.receive(1, 10*time.Second)
@@ -965,4 +949,24 @@ func TestFutureXIDOneEpochAboveRunningWriterIsBadInput(t *testing.T) {
 		t.Fatalf("DLQ got %+v, want one message refused as in the future", got)
 	}
 	f.requireMissing(seqs)
+}
+
+// §3.4: a report without an xid is trusted as its owner's word, as the
+// reference does: filled at once with no status check, and still never
+// over a row that exists — the insert is what keeps it sound.
+func TestReportWithoutXIDIsOwnerTrusted(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	kept := f.commit(1)
+	_, burned := f.abandoned(2)
+	f.send(body(t, report.Report{Sequences: append(slices.Clone(burned), kept...)}))
+	res := f.svc.Process(ctx, f.receive(1, 10*time.Second))
+	if res.Filled != 2 || res.AlreadyPresent != 1 || len(res.Response().BatchItemFailures) != 0 {
+		t.Fatalf("result %+v, want the 2 burned sequences filled and the committed one left", res)
+	}
+	f.requirePlaceholders(burned)
+	if r := f.rows(kept)[kept[0]]; !r.Real {
+		t.Fatalf("committed sequence %d overwritten: %+v", kept[0], r)
+	}
 }
