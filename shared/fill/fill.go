@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -442,8 +443,7 @@ func (p *pass) prove(ctx context.Context, marker uint64) (bool, error) {
 // the insert itself never overwrites (§3.5). done is false when the budget
 // ran out first.
 func (p *pass) fill(ctx context.Context, missing []int64) (done bool, err error) {
-	var lo, hi int64
-	var wrote int64
+	var wrote []int64
 	done = true
 	for _, batch := range batches(missing, p.s.cfg.BatchLimit) {
 		if !p.s.opts.Now().Before(p.deadline) {
@@ -454,18 +454,11 @@ func (p *pass) fill(ctx context.Context, missing []int64) (done bool, err error)
 		if err != nil {
 			return false, err
 		}
-		for _, s := range seqs {
-			if wrote == 0 || s < lo {
-				lo = s
-			}
-			if wrote == 0 || s > hi {
-				hi = s
-			}
-			wrote++
-		}
+		wrote = append(wrote, seqs...)
 	}
-	if wrote > 0 {
-		p.res.Filled += wrote
+	if len(wrote) > 0 {
+		lo, hi := slices.Min(wrote), slices.Max(wrote)
+		p.res.Filled += int64(len(wrote))
 		if p.res.FilledMin == nil || lo < *p.res.FilledMin {
 			p.res.FilledMin = &lo
 		}
