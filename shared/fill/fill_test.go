@@ -19,6 +19,13 @@ import (
 )
 
 // Issue 3, tests 1-12: each against a fresh real database.
+//
+// The abandonment proof reads pg_current_snapshot(), which is cluster-wide:
+// a transaction left open in one test's database holds back the proof of
+// every other test's pass. So a test that holds an xid across a pass (an
+// open writer, a prepared transaction, a long insert) does not call
+// t.Parallel(): Go runs such tests one at a time, before and never beside
+// the parallel ones, whose own transactions are short.
 
 // 1. A rolled-back writer's sequence is filled after the grace and not before.
 func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
@@ -83,7 +90,7 @@ func TestGraceWaitedOutInsideThePass(t *testing.T) {
 // 2. A stall that resolves inside the grace (late commit) keeps the real
 // event and writes no placeholder.
 func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
-	t.Parallel()
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	started(t, db)
 	w := openWriter(t, db)
@@ -107,7 +114,7 @@ func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 // 3. A writer still open when the grace ends: no fill while it runs and
 // blocked_by names it; after it rolls back the gap is filled.
 func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
-	t.Parallel()
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	started(t, db)
 	w := openWriter(t, db)
@@ -159,7 +166,7 @@ func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 // proof then passes, the insert meets the committed row, and DO NOTHING
 // keeps the real event.
 func TestOpenWriterCommitsDuringProof(t *testing.T) {
-	t.Parallel()
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	started(t, db)
 	w := openWriter(t, db)
@@ -218,7 +225,7 @@ func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 // 5. A stall beyond the episode window starts a fresh episode with a fresh
 // marker.
 func TestStallBeyondWindowStartsFreshEpisode(t *testing.T) {
-	t.Parallel()
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	started(t, db) // 1
 	w := openWriter(t, db)
@@ -479,7 +486,7 @@ func TestCancelledMidPassNextContinues(t *testing.T) {
 // polls the proof: the pass fails, and the next pass (on the same pool,
 // which re-dials) finishes correctly.
 func TestConnectionKilledMidPassNextContinues(t *testing.T) {
-	t.Parallel()
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	started(t, db)
 	w := openWriter(t, db)
@@ -539,7 +546,7 @@ func TestConnectionKilledMidPassNextContinues(t *testing.T) {
 // 11. A healthy table of 1,000,000 rows with 1,000 new ones: a small,
 // bounded number of statements.
 func TestLargeHealthyTableFewStatements(t *testing.T) {
-	t.Parallel()
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	if testing.Short() {
 		t.Skip("loads 1,000,000 rows")
 	}
@@ -576,7 +583,7 @@ func TestLargeHealthyTableFewStatements(t *testing.T) {
 // head after the marker would let the proof pass and fill it under the
 // open writer, whose insert would then fail.
 func TestRuleMarkerAfterHead(t *testing.T) {
-	t.Parallel()
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	started(t, db)
 	gap, _ := burn(t, db, 1) // 2
@@ -666,7 +673,7 @@ func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 // 12c. §3.3 proof: an allocated sequence whose writer is still open is
 // never filled, however long the pass waits.
 func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
-	t.Parallel()
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	started(t, db)
 	w := openWriter(t, db)
@@ -747,7 +754,7 @@ var _ store.Querier = (*recorder)(nil)
 // pg_stat_activity never shows it: blocked_by must still name it, and the
 // gap it may own must not be filled until it is resolved.
 func TestBlockedByNamesPreparedTransaction(t *testing.T) {
-	t.Parallel()
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	ctx := context.Background()
 	var maxPrepared string
