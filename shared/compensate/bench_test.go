@@ -20,7 +20,7 @@ import (
 )
 
 // BenchmarkBatch10x100 handles one batch of 10 reports × 100 sequences
-// through the handler (one check, one set-based insert, one notify) and,
+// through the handler (one check, one set-based insert that also notifies) and,
 // side by side in the same process and database, inserts the same number
 // of sequences one statement per sequence, as a loop of round trips would.
 // Reported: ns per batch for each, statements for each, and the ratio

@@ -4,9 +4,9 @@
 // SQS should hand out again.
 //
 // One batch costs one check statement (allocation head, xid horizon and the
-// status of every distinct writer), one placeholder insert for everything
-// fillable, and one notification: never a round trip per message or per
-// sequence.
+// status of every distinct writer) and one placeholder insert for everything
+// fillable, which notifies the range it wrote: never a round trip per
+// message or per sequence.
 package compensate
 
 import (
@@ -346,17 +346,8 @@ func (s *Service) Process(ctx context.Context, ev events.SQSEvent) Result {
 			res.Filled = len(wrote)
 			res.AlreadyPresent = len(seqs) - len(wrote)
 			if len(wrote) > 0 {
-				lo, hi := slices.Min(wrote), slices.Max(wrote)
-				res.FilledRange = []int64{lo, hi}
-				// The rows are committed already; a lost notification only
-				// delays listeners until their next poll, so its failure
-				// fails no message (a redelivery would write nothing and so
-				// notify nothing either).
-				if err := s.retry(ctx, end, &res, func(ctx context.Context) error {
-					return s.events.NotifyFilled(ctx, q, lo, hi)
-				}); err != nil {
-					res.Error = joinErr(res.Error, "notify: "+err.Error())
-				}
+				// Notified by the insert statement itself.
+				res.FilledRange = []int64{wrote[0], wrote[len(wrote)-1]}
 			}
 		}
 	}

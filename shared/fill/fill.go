@@ -438,7 +438,8 @@ func (p *pass) prove(ctx context.Context, marker uint64) (bool, error) {
 }
 
 // fill writes placeholders for missing, at most BatchLimit per insert and
-// as many inserts as the budget allows, then notifies the range written.
+// as many inserts as the budget allows; each insert notifies the range it
+// wrote.
 // Only proven-abandoned sequences at or below a marker head reach here;
 // the insert itself never overwrites (§3.5). done is false when the budget
 // ran out first.
@@ -464,9 +465,6 @@ func (p *pass) fill(ctx context.Context, missing []int64) (done bool, err error)
 		}
 		if p.res.FilledMax == nil || hi > *p.res.FilledMax {
 			p.res.FilledMax = &hi
-		}
-		if err := p.s.events.NotifyFilled(ctx, p.q, lo, hi); err != nil {
-			return false, err
 		}
 	}
 	return done, nil

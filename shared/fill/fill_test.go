@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
@@ -278,6 +279,52 @@ func TestBurnedTailFilled(t *testing.T) {
 	// The next writer's sequence was never taken by a placeholder.
 	if next := commit(t, db, 1); next != last+1 {
 		t.Fatalf("next publish got %d", next)
+	}
+}
+
+// The filled range is notified on <schema>_events by each insert, and a
+// pass that writes nothing notifies nothing.
+func TestFilledRangeNotifiedPerInsert(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	channel := pgx.Identifier{db.Schema.EventsChannel()}.Sanitize()
+	listener := db.Connect(t)
+	exec(t, listener, `LISTEN `+channel)
+	started(t, db)
+	first, last := burn(t, db, 5)
+	commit(t, db, 1)
+
+	cfg := testConfig()
+	cfg.Grace, cfg.BatchLimit = 0, 2
+	s := newService(t, db.Pool, cfg, Options{})
+	if res := runPass(t, s); res.Filled != 5 {
+		t.Fatalf("want %d..%d filled; got %+v", first, last, res)
+	}
+	next := func() string {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		n, err := listener.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Payload
+	}
+	for lo := first; lo <= last; lo += 2 {
+		want := fmt.Sprintf(`{"min" : %d, "max" : %d}`, lo, min(lo+1, last))
+		if got := next(); got != want {
+			t.Fatalf("notification %q, want %q", got, want)
+		}
+	}
+
+	// Nothing left to write: the next notification is the sentinel sent
+	// after the pass (one channel delivers in commit order).
+	if res := runPass(t, s); res.Filled != 0 {
+		t.Fatalf("second pass: %+v", res)
+	}
+	exec(t, db.Pool, `NOTIFY `+channel+`, 'sentinel'`)
+	if got := next(); got != "sentinel" {
+		t.Fatalf("a pass that wrote nothing notified %q", got)
 	}
 }
 

@@ -40,7 +40,6 @@ type Events struct {
 	head           string
 	lowest         string
 	fill           string
-	notify         string
 }
 
 // NewEvents renders the statements for schema.
@@ -64,11 +63,21 @@ func NewEvents(schema Schema) *Events {
 		lowest:   `SELECT coalesce(min(sequence), 0) FROM ` + t,
 		// DESIGN §3.5: never overwrite. DO NOTHING keeps a committed row (or
 		// another path's placeholder) and returns only what this call wrote.
-		fill: `INSERT INTO ` + t + ` (sequence, filled_by)
-			SELECT s, $2 FROM unnest($1::bigint[]) AS s
-			ON CONFLICT (sequence) DO NOTHING
-			RETURNING sequence`,
-		notify: `SELECT pg_notify($1, json_build_object('min', $2::bigint, 'max', $3::bigint)::text)`,
+		// The notification of the range written rides in the same statement
+		// (§2), so it is sent exactly when the rows commit: a connection
+		// lost after the insert cannot drop it, and it costs no round trip.
+		// CASE, unlike AND, guarantees nothing is notified when nothing
+		// was written.
+		fill: `WITH wrote AS (
+				INSERT INTO ` + t + ` (sequence, filled_by)
+				SELECT s, $2 FROM unnest($1::bigint[]) AS s
+				ON CONFLICT (sequence) DO NOTHING
+				RETURNING sequence)
+			SELECT coalesce(array_agg(sequence ORDER BY sequence), '{}'),
+				CASE WHEN count(*) > 0
+					THEN pg_notify($3, json_build_object('min', min(sequence), 'max', max(sequence))::text) IS NOT NULL
+					ELSE false END
+			FROM wrote`,
 	}
 }
 
@@ -171,27 +180,17 @@ func (e *Events) Lowest(ctx context.Context, q Querier) (int64, error) {
 }
 
 // InsertPlaceholders writes a placeholder for each sequence that is still
-// missing, in one statement, and returns the sequences it wrote. The caller
-// has proved every one of them abandoned (DESIGN §3).
+// missing and notifies the range it wrote on <schema>_events, in one
+// statement, and returns the sequences it wrote in ascending order. The
+// caller has proved every one of them abandoned (DESIGN §3).
 func (e *Events) InsertPlaceholders(ctx context.Context, q Querier, sequences []int64, filledBy string) ([]int64, error) {
 	if len(sequences) == 0 {
 		return nil, nil
 	}
-	rows, err := q.Query(ctx, e.fill, sequences, filledBy)
-	if err != nil {
-		return nil, fmt.Errorf("insert %d placeholders: %w", len(sequences), err)
-	}
-	wrote, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
+	var wrote []int64
+	var notified bool
+	if err := q.QueryRow(ctx, e.fill, sequences, filledBy, e.schema.EventsChannel()).Scan(&wrote, &notified); err != nil {
 		return nil, fmt.Errorf("insert %d placeholders: %w", len(sequences), err)
 	}
 	return wrote, nil
-}
-
-// NotifyFilled tells listeners on <schema>_events that [min, max] was filled.
-func (e *Events) NotifyFilled(ctx context.Context, q Querier, min, max int64) error {
-	if _, err := q.Exec(ctx, e.notify, e.schema.EventsChannel(), min, max); err != nil {
-		return fmt.Errorf("notify filled %d..%d: %w", min, max, err)
-	}
-	return nil
 }
