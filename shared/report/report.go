@@ -100,8 +100,6 @@ func Parse(body []byte, maxSequences int) (Report, error) {
 		return Report{}, invalid("missing sequences")
 	case len(*raw.Sequences) == 0:
 		return Report{}, invalid("empty sequences")
-	case len(*raw.Sequences) > maxSequences:
-		return Report{}, invalid("%d sequences exceed the limit of %d", len(*raw.Sequences), maxSequences)
 	}
 	var r Report
 	if raw.XID != nil && string(*raw.XID) != "null" {
@@ -131,6 +129,12 @@ func Parse(body []byte, maxSequences int) (Report, error) {
 		}
 		seen[s] = struct{}{}
 		r.Sequences = append(r.Sequences, s)
+	}
+	// The limit counts distinct sequences (§5: duplicates ignored): it
+	// bounds the insert, which sees each sequence once. The body itself is
+	// bounded by SQS's message size.
+	if len(r.Sequences) > maxSequences {
+		return Report{}, invalid("%d sequences exceed the limit of %d", len(r.Sequences), maxSequences)
 	}
 	slices.Sort(r.Sequences)
 	return r, nil

@@ -35,6 +35,15 @@ func TestParseValid(t *testing.T) {
 	}
 }
 
+// The limit counts distinct sequences: duplicates are ignored (§5).
+func TestParseLimitCountsDistinct(t *testing.T) {
+	t.Parallel()
+	r, err := Parse([]byte(`{"v":1,"sequences":[3,1,2,3,1,2]}`), 3)
+	if err != nil || !slices.Equal(r.Sequences, []int64{1, 2, 3}) {
+		t.Fatalf("6 entries, 3 distinct, limit 3: %+v, %v", r, err)
+	}
+}
+
 func TestParseInvalid(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ body, reason string }{
@@ -49,6 +58,7 @@ func TestParseInvalid(t *testing.T) {
 		{`{"v":1,"sequences":null}`, "missing sequences"},
 		{`{"v":1,"sequences":[]}`, "empty sequences"},
 		{`{"v":1,"sequences":[1,2,3,4]}`, "exceed the limit of 3"},
+		{`{"v":1,"sequences":[1,2,3,1,4]}`, "4 sequences exceed the limit of 3"},
 		{`{"v":1,"sequences":[0]}`, "not positive"},
 		{`{"v":1,"sequences":[-5]}`, "not positive"},
 		{`{"v":1,"sequences":[1.5]}`, "not a whole number"},
