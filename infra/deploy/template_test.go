@@ -482,8 +482,9 @@ func checkEnvironment(tpl *template) []string {
 	return problems
 }
 
-func allChecks(tpl *template, makefile string) []string {
+func allChecks(tpl *template, makefile string, calls map[string][]string) []string {
 	var p []string
+	p = append(p, checkSQSPermissions(tpl, calls)...)
 	p = append(p, checkMakefileTargets(tpl, makefile)...)
 	p = append(p, checkQueueConsumers(tpl)...)
 	p = append(p, checkScheduled(tpl)...)
@@ -513,6 +514,7 @@ func TestTemplate(t *testing.T) {
 		"queue consumers":  checkQueueConsumers(tpl),
 		"scheduled":        checkScheduled(tpl),
 		"environment":      checkEnvironment(tpl),
+		"sqs permissions":  checkSQSPermissions(tpl, sqsCalls(t, tpl.functions())),
 	} {
 		for _, p := range problems {
 			t.Errorf("%s: %s", name, p)
@@ -525,6 +527,7 @@ func TestTemplate(t *testing.T) {
 // passes everything cannot go unnoticed.
 func TestChecksCatchBreakage(t *testing.T) {
 	text, makefile := read(t, templatePath), read(t, makefilePath)
+	calls := sqsCalls(t, loadTemplate(t, text).functions())
 	cases := []struct {
 		name          string
 		old, new      string
@@ -559,6 +562,13 @@ func TestChecksCatchBreakage(t *testing.T) {
 			want: "parameter defaults give"},
 		{name: "invalid value", old: "Default: 500ms", new: "Default: soon",
 			want: "COMPENSATE_RETRY_INTERVAL"},
+		{name: "queue action missing", old: "                  - sqs:GetQueueUrl\n", new: "",
+			want: "CompensateFunction: needs sqs:GetQueueUrl"},
+		{name: "mapping action missing", old: "                  - sqs:ReceiveMessage\n", new: "",
+			want: "CompensateFunction: needs sqs:ReceiveMessage"},
+		{name: "action nothing calls", old: "Action: sqs:SendMessage\n                Resource: !GetAtt RollbackReportDLQ.Arn",
+			new:  "Action: [sqs:SendMessage, sqs:PurgeQueue]\n                Resource: !GetAtt RollbackReportDLQ.Arn",
+			want: "CompensateFunction: its role allows sqs:PurgeQueue, which nothing calls"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -571,7 +581,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 				t.Fatalf("the mutation's anchor %q must occur exactly once", c.old)
 			}
 			*target = strings.Replace(*target, c.old, c.new, 1)
-			problems := allChecks(loadTemplate(t, tplText), mk)
+			problems := allChecks(loadTemplate(t, tplText), mk, calls)
 			for _, p := range problems {
 				if strings.Contains(p, c.want) {
 					return

@@ -1,0 +1,163 @@
+package deploy
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// The SQS permissions are checked against the code rather than a list kept
+// by hand: a role that lacks an action its function calls fails only on AWS
+// (fauxqs checks no IAM), and an action nobody calls is privilege for
+// nothing.
+
+const sqsImport = "github.com/aws/aws-sdk-go-v2/service/sqs"
+
+// esmActions are what Lambda's SQS event source mapping calls with the
+// function's role (AWS's AWSLambdaSQSQueueExecutionRole).
+var esmActions = []string{"sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ReceiveMessage"}
+
+// sqsCalls lists, per function, the SQS operations its code calls: each
+// method of *sqs.Client called by name in a non-test file that imports the
+// SQS package, in any of this module's packages the function's main
+// package depends on.
+func sqsCalls(t *testing.T, fns []string) map[string][]string {
+	t.Helper()
+	operations := map[string]bool{}
+	client := reflect.TypeOf(&sqs.Client{})
+	for i := range client.NumMethod() {
+		operations[client.Method(i).Name] = true
+	}
+	out := map[string][]string{}
+	for _, fn := range fns {
+		cmd := exec.Command("go", "list", "-deps", "-f", `{{if not .Standard}}{{.ImportPath}}|{{.Dir}}|{{join .GoFiles ","}}{{end}}`, "../../functions/"+shortName(fn))
+		listing, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list for %s: %v", fn, err)
+		}
+		seen := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(string(listing)), "\n") {
+			parts := strings.Split(line, "|")
+			if len(parts) != 3 || !strings.HasPrefix(parts[0], "github.com/outboxkeeper/outboxkeeper/") || parts[2] == "" {
+				continue
+			}
+			for _, name := range strings.Split(parts[2], ",") {
+				for _, op := range calledOperations(t, filepath.Join(parts[1], name), operations) {
+					seen["sqs:"+op] = true
+				}
+			}
+		}
+		for a := range seen {
+			out[fn] = append(out[fn], a)
+		}
+		sort.Strings(out[fn])
+	}
+	return out
+}
+
+func calledOperations(t *testing.T, path string, operations map[string]bool) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(f.Imports, func(s *ast.ImportSpec) bool { p, _ := strconv.Unquote(s.Path.Value); return p == sqsImport }) {
+		return nil
+	}
+	var ops []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok {
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && operations[sel.Sel.Name] {
+				ops = append(ops, sel.Sel.Name)
+			}
+		}
+		return true
+	})
+	return ops
+}
+
+// roleSQSActions lists the sqs: actions the inline policies of a
+// function's role allow.
+func (tpl *template) roleSQSActions(fn string) ([]string, error) {
+	att, _ := get(tpl.Resources[fn], "Properties", "Role", "Fn::GetAtt").([]any)
+	if len(att) != 2 || att[1] != "Arn" {
+		return nil, fmt.Errorf("%s: Role is not !GetAtt <role>.Arn", fn)
+	}
+	role := att[0].(string)
+	if get(tpl.Resources[role], "Type") != "AWS::IAM::Role" {
+		return nil, fmt.Errorf("%s: %s is not an AWS::IAM::Role", fn, role)
+	}
+	var actions []string
+	policies, _ := get(tpl.Resources[role], "Properties", "Policies").([]any)
+	for _, p := range policies {
+		statements, _ := get(p, "PolicyDocument", "Statement").([]any)
+		for _, s := range statements {
+			if get(s, "Effect") != "Allow" {
+				continue
+			}
+			var listed []any
+			switch a := get(s, "Action").(type) {
+			case string:
+				listed = []any{a}
+			case []any:
+				listed = a
+			}
+			for _, a := range listed {
+				if name, _ := a.(string); strings.HasPrefix(name, "sqs:") {
+					actions = append(actions, name)
+				}
+			}
+		}
+	}
+	return actions, nil
+}
+
+// checkSQSPermissions: each role allows exactly the SQS actions its
+// function calls, plus the event source mapping's when it has an SQS event.
+func checkSQSPermissions(tpl *template, calls map[string][]string) []string {
+	var problems []string
+	for _, fn := range tpl.functions() {
+		granted, err := tpl.roleSQSActions(fn)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		needed := slices.Clone(calls[fn])
+		if len(tpl.events(fn, "SQS")) > 0 {
+			needed = append(needed, esmActions...)
+		}
+		for _, a := range needed {
+			if !slices.Contains(granted, a) {
+				problems = append(problems, fmt.Sprintf("%s: needs %s, which its role does not allow", fn, a))
+			}
+		}
+		for _, a := range granted {
+			if !slices.Contains(needed, a) {
+				problems = append(problems, fmt.Sprintf("%s: its role allows %s, which nothing calls", fn, a))
+			}
+		}
+	}
+	return problems
+}
+
+func TestSQSCallsFoundInCode(t *testing.T) {
+	calls := sqsCalls(t, []string{"CompensateFunction", "FillFunction"})
+	want := []string{"sqs:ChangeMessageVisibility", "sqs:GetQueueUrl", "sqs:SendMessage"}
+	if !reflect.DeepEqual(calls["CompensateFunction"], want) {
+		t.Errorf("compensate calls %v, want %v", calls["CompensateFunction"], want)
+	}
+	if len(calls["FillFunction"]) != 0 {
+		t.Errorf("fill calls %v, want none", calls["FillFunction"])
+	}
+}
