@@ -482,9 +482,59 @@ func checkEnvironment(tpl *template) []string {
 	return problems
 }
 
+// load runs the configuration loader of one function over env.
+func load(short string, env map[string]string) error {
+	var err error
+	switch short {
+	case "fill":
+		_, err = config.LoadFill(config.FromMap(env))
+	case "sweep":
+		_, err = config.LoadSweep(config.FromMap(env))
+	case "compensate":
+		_, err = config.LoadCompensate(config.FromMap(env))
+	default:
+		err = fmt.Errorf("unknown function %q", short)
+	}
+	return err
+}
+
+// durationSamples are values a user may type; each one the configuration
+// accepts must pass the parameter's AllowedPattern too, or a valid setting
+// is refused at deploy time.
+var durationSamples = []string{"0s", "1s", "90s", "1m30s", "1.5s", "500ms", "2h45m", "12h"}
+
+// checkParameterPatterns: a parameter's AllowedPattern never refuses a
+// value the variable it feeds accepts. (The reverse, a value the pattern
+// takes but the range check refuses, fails at init naming the variable.)
+func checkParameterPatterns(tpl *template) []string {
+	var problems []string
+	for _, fn := range tpl.functions() {
+		vars, _ := get(tpl.Resources[fn], "Properties", "Environment", "Variables").(map[string]any)
+		for name, v := range vars {
+			param, _ := get(v, "Ref").(string)
+			pattern, _ := get(tpl.Parameters[param], "AllowedPattern").(string)
+			if pattern == "" {
+				continue
+			}
+			re, err := regexp.Compile(pattern)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: AllowedPattern: %v", param, err))
+				continue
+			}
+			for _, sample := range durationSamples {
+				if load(shortName(fn), map[string]string{name: sample}) == nil && !re.MatchString(sample) {
+					problems = append(problems, fmt.Sprintf("%s: AllowedPattern refuses %q, which %s accepts", param, sample, name))
+				}
+			}
+		}
+	}
+	return problems
+}
+
 func allChecks(tpl *template, makefile string, calls map[string][]string) []string {
 	var p []string
 	p = append(p, checkSQSPermissions(tpl, calls)...)
+	p = append(p, checkParameterPatterns(tpl)...)
 	p = append(p, checkMakefileTargets(tpl, makefile)...)
 	p = append(p, checkQueueConsumers(tpl)...)
 	p = append(p, checkScheduled(tpl)...)
@@ -515,6 +565,7 @@ func TestTemplate(t *testing.T) {
 		"scheduled":        checkScheduled(tpl),
 		"environment":      checkEnvironment(tpl),
 		"sqs permissions":  checkSQSPermissions(tpl, sqsCalls(t, tpl.functions())),
+		"patterns":         checkParameterPatterns(tpl),
 	} {
 		for _, p := range problems {
 			t.Errorf("%s: %s", name, p)
@@ -557,8 +608,8 @@ func TestChecksCatchBreakage(t *testing.T) {
 			want: "must require TLS"},
 		{name: "DLQ URL not passed", old: "COMPENSATE_DLQ_URL: !Ref RollbackReportDLQ", new: "",
 			want: "COMPENSATE_DLQ_URL is not set"},
-		{name: "default differs from the code", old: "    Default: 2s\n    AllowedPattern: \"^[0-9]+(\\\\.[0-9]+)?(ms|s|m|h)$\"\n    Description: FILL_GRACE",
-			new:  "    Default: 3s\n    AllowedPattern: \"^[0-9]+(\\\\.[0-9]+)?(ms|s|m|h)$\"\n    Description: FILL_GRACE",
+		{name: "default differs from the code", old: "    Default: 2s\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
+			new:  "    Default: 3s\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
 			want: "parameter defaults give"},
 		{name: "invalid value", old: "Default: 500ms", new: "Default: soon",
 			want: "COMPENSATE_RETRY_INTERVAL"},
@@ -569,6 +620,8 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{name: "action nothing calls", old: "Action: sqs:SendMessage\n                Resource: !GetAtt RollbackReportDLQ.Arn",
 			new:  "Action: [sqs:SendMessage, sqs:PurgeQueue]\n                Resource: !GetAtt RollbackReportDLQ.Arn",
 			want: "CompensateFunction: its role allows sqs:PurgeQueue, which nothing calls"},
+		{name: "pattern refuses a valid duration", old: `AllowedPattern: "^([0-9]+(s|m|h))+$"`, new: `AllowedPattern: "^[0-9]+(s|m|h)$"`,
+			want: `CompensateDefer: AllowedPattern refuses "1m30s"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

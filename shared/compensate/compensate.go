@@ -90,8 +90,8 @@ func New(opts Options) (*Service, error) {
 		return nil, fmt.Errorf("compensate: Defer %s must be whole seconds between 0s and 12h (SQS visibility)", c.Defer)
 	case c.MaxDeferrals < 1:
 		return nil, fmt.Errorf("compensate: MaxDeferrals %d must be at least 1", c.MaxDeferrals)
-	case c.RetryAttempts < 1:
-		return nil, fmt.Errorf("compensate: RetryAttempts %d must be at least 1", c.RetryAttempts)
+	case c.RetryAttempts < 0:
+		return nil, fmt.Errorf("compensate: RetryAttempts %d must not be negative", c.RetryAttempts)
 	case c.RetryInterval < 0:
 		return nil, fmt.Errorf("compensate: RetryInterval %s must not be negative", c.RetryInterval)
 	case opts.PassBudget < 0:
@@ -475,8 +475,8 @@ func (s *Service) check(ctx context.Context, q store.Querier, xids []string) (Ch
 	return c, nil
 }
 
-// retry runs fn until it succeeds, fails for good, or the attempts or the
-// budget run out. Each attempt is bounded by the budget's end, so a hung
+// retry runs fn until it succeeds, fails for good, or the retries
+// (RetryAttempts after the first try) or the budget run out. Each attempt is bounded by the budget's end, so a hung
 // connection cannot overrun the Lambda deadline.
 func (s *Service) retry(ctx context.Context, end time.Time, res *Result, fn func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
@@ -486,7 +486,7 @@ func (s *Service) retry(ctx context.Context, end time.Time, res *Result, fn func
 		if err == nil {
 			return nil
 		}
-		if !Transient(err) || attempt >= s.cfg.RetryAttempts || !s.now().Add(s.cfg.RetryInterval).Before(end) {
+		if !Transient(err) || attempt > s.cfg.RetryAttempts || !s.now().Add(s.cfg.RetryInterval).Before(end) {
 			return err
 		}
 		res.Retries++

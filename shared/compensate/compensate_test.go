@@ -782,7 +782,7 @@ func TestBatchIsOneInsert(t *testing.T) {
 // their redelivery fills them.
 func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
 	t.Parallel()
-	f := setup(t, map[string]string{"COMPENSATE_RETRY_ATTEMPTS": "3", "COMPENSATE_RETRY_INTERVAL": "100ms"})
+	f := setup(t, map[string]string{"COMPENSATE_RETRY_ATTEMPTS": "2", "COMPENSATE_RETRY_INTERVAL": "100ms"})
 	ctx := context.Background()
 	// The source queue hands a failed message out again after 1s.
 	if _, err := f.sqs.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(f.src), Attributes: map[string]string{"VisibilityTimeout": "1"}}); err != nil {
@@ -799,7 +799,7 @@ func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
 	ev := f.receive(2, 10*time.Second)
 	res := f.service(down).Process(ctx, ev)
 	if res.Failed != 2 || len(res.Response().BatchItemFailures) != 2 || res.Retries != 2 || res.Statements != 3 {
-		t.Fatalf("result %+v, want both failed after 3 attempts", res)
+		t.Fatalf("result %+v, want both failed after a try and 2 retries", res)
 	}
 	f.settle(ev, res.Response())
 	f.requireMissing(append(slices.Clone(first), second...))
@@ -819,6 +819,23 @@ func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
 }
 
 // unusedPort is a local port with nothing listening.
+// COMPENSATE_RETRY_ATTEMPTS counts retries after the first try (§5:
+// "retried N times"): 0 tries once.
+func TestZeroRetriesTriesOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"COMPENSATE_RETRY_ATTEMPTS": "0"})
+	f.rollback(1)
+	down, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:"+unusedPort(t)+"/nowhere?connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	res := f.service(down).Process(context.Background(), f.receive(1, 10*time.Second))
+	if res.Failed != 1 || res.Retries != 0 || res.Statements != 1 {
+		t.Fatalf("result %+v, want one failed try and no retry", res)
+	}
+}
+
 func unusedPort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -932,7 +949,7 @@ func TestNewValidates(t *testing.T) {
 		"nil sqs":            func(o *compensate.Options) { o.SQS = nil },
 		"no schema":          func(o *compensate.Options) { o.Schema = store.Schema{} },
 		"fractional defer":   func(o *compensate.Options) { o.Config.Defer = 1500 * time.Millisecond },
-		"zero attempts":      func(o *compensate.Options) { o.Config.RetryAttempts = 0 },
+		"negative retries":   func(o *compensate.Options) { o.Config.RetryAttempts = -1 },
 		"zero max sequences": func(o *compensate.Options) { o.Config.MaxSequences = 0 },
 		"zero deferrals":     func(o *compensate.Options) { o.Config.MaxDeferrals = 0 },
 	} {

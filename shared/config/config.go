@@ -102,7 +102,8 @@ type Compensate struct {
 	MaxDeferrals int
 	// RetryAttempts and RetryInterval pace retries of transient database
 	// errors (COMPENSATE_RETRY_ATTEMPTS default 5, COMPENSATE_RETRY_INTERVAL
-	// default 500ms).
+	// default 500ms). RetryAttempts counts retries after the first try, as
+	// §5 says "retried N times"; 0 means one try only.
 	RetryAttempts int
 	RetryInterval time.Duration
 }
@@ -233,7 +234,7 @@ func LoadCompensate(env Lookup) (Compensate, error) {
 		// SQS caps a visibility timeout at 12 hours and counts whole seconds.
 		Defer:         r.duration("COMPENSATE_DEFER", DefaultCompensateDefer, 0, 12*time.Hour),
 		MaxDeferrals:  r.integer("COMPENSATE_MAX_DEFERRALS", DefaultCompensateMaxDeferrals, 1, 1000),
-		RetryAttempts: r.integer("COMPENSATE_RETRY_ATTEMPTS", DefaultCompensateRetryAttempts, 1, 100),
+		RetryAttempts: r.integer("COMPENSATE_RETRY_ATTEMPTS", DefaultCompensateRetryAttempts, 0, 100),
 		RetryInterval: r.duration("COMPENSATE_RETRY_INTERVAL", DefaultCompensateRetryInterval, 0),
 	}
 	if r.err == nil && c.Defer%time.Second != 0 {

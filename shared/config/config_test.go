@@ -88,7 +88,7 @@ func TestEveryVariable(t *testing.T) {
 		{"COMPENSATE_MAX_SEQUENCES", "500", func(l loaded) bool { return l.comp.MaxSequences == 500 }, []string{"0", "1000000"}},
 		{"COMPENSATE_DEFER", "5s", func(l loaded) bool { return l.comp.Defer == 5*time.Second }, []string{"1500ms", "13h", "-1s"}},
 		{"COMPENSATE_MAX_DEFERRALS", "7", func(l loaded) bool { return l.comp.MaxDeferrals == 7 }, []string{"0"}},
-		{"COMPENSATE_RETRY_ATTEMPTS", "2", func(l loaded) bool { return l.comp.RetryAttempts == 2 }, []string{"0", "two"}},
+		{"COMPENSATE_RETRY_ATTEMPTS", "0", func(l loaded) bool { return l.comp.RetryAttempts == 0 }, []string{"-1", "101", "two"}},
 		{"COMPENSATE_RETRY_INTERVAL", "100ms", func(l loaded) bool { return l.comp.RetryInterval == 100*time.Millisecond }, []string{"-5ms", "fast"}},
 	}
 	listed := map[string]bool{}
