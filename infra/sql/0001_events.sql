@@ -83,9 +83,11 @@ BEGIN
 END
 $$;
 
--- publish is the SQL way to publish one event from any language.
-CREATE FUNCTION {{schema}}.publish(p_topic text, p_payload jsonb, p_headers jsonb DEFAULT NULL)
+-- publish is the SQL way to publish one event from any language. Its
+-- parameter names are DESIGN §2's, so named notation (topic => ...) works;
+-- the body reads no table, so they shadow no column.
+CREATE FUNCTION {{schema}}.publish(topic text, payload jsonb, headers jsonb DEFAULT NULL)
 RETURNS bigint
 LANGUAGE sql VOLATILE AS $$
-    SELECT {{schema}}.publish_batch(p_topic, ARRAY[p_payload], p_headers)
+    SELECT {{schema}}.publish_batch(topic, ARRAY[payload], headers)
 $$;

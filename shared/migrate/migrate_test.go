@@ -45,6 +45,14 @@ func TestApplyTwiceIsANoOp(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT second_outbox.publish('t', '{}')`).Scan(&seq); err != nil || seq != 1 {
 		t.Fatalf("publish in migrated schema: %d %v", seq, err)
 	}
+	// DESIGN §2's signature, by name, headers included.
+	var headers string
+	if err := db.Pool.QueryRow(ctx, `SELECT second_outbox.publish(topic => 't', payload => '{}', headers => '{"h":1}')`).Scan(&seq); err != nil || seq != 2 {
+		t.Fatalf("publish by named arguments: %d %v", seq, err)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT headers::text FROM second_outbox.events WHERE sequence = 2`).Scan(&headers); err != nil || headers != `{"h": 1}` {
+		t.Fatalf("headers %q, %v", headers, err)
+	}
 }
 
 func TestConcurrentMigratorsApplyOnce(t *testing.T) {
