@@ -409,7 +409,7 @@ func TestFilledRangeNotified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`{"min" : %d, "max" : %d}`, seqs[0], seqs[3])
+	want := fmt.Sprintf(`{"min":%d,"max":%d}`, seqs[0], seqs[3])
 	if n.Payload != want {
 		t.Fatalf("notification %q, want %q", n.Payload, want)
 	}

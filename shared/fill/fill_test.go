@@ -311,7 +311,7 @@ func TestFilledRangeNotifiedPerInsert(t *testing.T) {
 		return n.Payload
 	}
 	for lo := first; lo <= last; lo += 2 {
-		want := fmt.Sprintf(`{"min" : %d, "max" : %d}`, lo, min(lo+1, last))
+		want := fmt.Sprintf(`{"min":%d,"max":%d}`, lo, min(lo+1, last))
 		if got := next(); got != want {
 			t.Fatalf("notification %q, want %q", got, want)
 		}
