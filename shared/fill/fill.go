@@ -164,6 +164,11 @@ type Result struct {
 	Statements int64  `json:"statements"`
 	DurationMS int64  `json:"duration_ms"`
 	Error      string `json:"error,omitempty"`
+
+	// headRead is false when the pass ended before reading the head (it
+	// waited on the lease, or failed first): Head and Lag then say
+	// nothing, and no position metric is emitted for it.
+	headRead bool
 }
 
 // EpisodeView is the persisted episode as reported.
@@ -193,6 +198,7 @@ type pass struct {
 	lease    time.Duration
 	st       State
 	head     int64
+	headRead bool
 	res      *Result
 }
 
@@ -252,6 +258,7 @@ func (p *pass) run(ctx context.Context) (err error) {
 	if p.head, err = p.s.events.Head(ctx, p.q); err != nil {
 		return err
 	}
+	p.headRead = true
 	if !p.st.Started {
 		lowest, err := p.s.events.Lowest(ctx, p.q)
 		if err != nil {
@@ -499,7 +506,7 @@ func (p *pass) finish(ctx context.Context, waiting string) error {
 // report copies the state into the result.
 func (p *pass) report() {
 	r, st, now := p.res, p.st, p.s.opts.Now()
-	r.Watermark, r.Head, r.Started = st.Watermark, p.head, st.Started
+	r.Watermark, r.Head, r.Started, r.headRead = st.Watermark, p.head, st.Started, p.headRead
 	r.Lag = 0
 	if st.Started && p.head > st.Watermark {
 		r.Lag = p.head - st.Watermark

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
 	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
@@ -448,13 +450,22 @@ func TestConcurrentPassesLease(t *testing.T) {
 			t.FailNow()
 		}
 		filled += r.Filled
+		// A lease loser never read the head: its zero lag must not reach
+		// the lag alarm as a metric.
+		emitsLag := slices.ContainsFunc(passMetrics(r), func(m metrics.Metric) bool { return m.Name == "Lag" })
 		switch waiting(r) {
 		case WaitingLease:
 			if r.DurationMS > 300 || r.Statements != 1 {
 				t.Fatalf("a lease loser must return at once: %+v", r)
 			}
+			if emitsLag {
+				t.Fatalf("a lease loser emits a Lag metric: %+v", r)
+			}
 		case "":
 			workers++
+			if !emitsLag || r.Head != 8 {
+				t.Fatalf("the worker must emit its lag, head 8: %+v", r)
+			}
 		default:
 			t.Fatalf("unexpected: %+v", r)
 		}

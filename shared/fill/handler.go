@@ -55,10 +55,23 @@ func (s *Service) record(ctx context.Context, res *Result, err error) {
 	}
 	s.opts.Logger.LogAttrs(ctx, level, "fill pass", attrs...)
 
-	_ = s.opts.Metrics.Emit(
-		metrics.Metric{Name: "Watermark", Unit: metrics.None, Value: float64(res.Watermark)},
-		metrics.Metric{Name: "Head", Unit: metrics.None, Value: float64(res.Head)},
-		metrics.Metric{Name: "Lag", Unit: metrics.Count, Value: float64(res.Lag)},
+	_ = s.opts.Metrics.Emit(passMetrics(res)...)
+}
+
+// passMetrics are the EMF metrics of one pass. A pass that never read the
+// head (it waited on the lease, or failed first) reports no position: a
+// zero Lag would hide the real one from the lag alarm, which takes the
+// minute's minimum.
+func passMetrics(res *Result) []metrics.Metric {
+	var ms []metrics.Metric
+	if res.headRead {
+		ms = append(ms,
+			metrics.Metric{Name: "Watermark", Unit: metrics.None, Value: float64(res.Watermark)},
+			metrics.Metric{Name: "Head", Unit: metrics.None, Value: float64(res.Head)},
+			metrics.Metric{Name: "Lag", Unit: metrics.Count, Value: float64(res.Lag)},
+		)
+	}
+	return append(ms,
 		metrics.Metric{Name: "Filled", Unit: metrics.Count, Value: float64(res.Filled)},
 		metrics.Metric{Name: "StallAgeSeconds", Unit: metrics.Seconds, Value: res.StallAgeSeconds},
 		metrics.Metric{Name: "ProofBlockedSeconds", Unit: metrics.Seconds, Value: res.ProofBlockedSeconds},
