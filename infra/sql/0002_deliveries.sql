@@ -25,3 +25,6 @@ CREATE TABLE {{schema}}.deliveries (
 CREATE INDEX deliveries_pending_idx ON {{schema}}.deliveries (id) WHERE state = 'pending';
 CREATE INDEX deliveries_delivered_idx ON {{schema}}.deliveries (delivered_at, id) WHERE state = 'delivered';
 CREATE INDEX deliveries_open_created_idx ON {{schema}}.deliveries (created_at) WHERE state IN ('pending', 'delivered');
+-- Dead rows are not acked either (§2): few, and what an operator lists
+-- and replays, newest first.
+CREATE INDEX deliveries_dead_idx ON {{schema}}.deliveries (dead_at) WHERE state = 'dead';

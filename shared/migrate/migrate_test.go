@@ -141,3 +141,42 @@ func TestAllocationHead(t *testing.T) {
 		t.Fatalf("head with CACHE 20 = %d, %v; want a refusal", h, err)
 	}
 }
+
+// DESIGN §2: deliveries' indexes cover only rows that are not acked (acked
+// rows are the bulk of the table), and each open state, dead included, has
+// one.
+func TestDeliveriesIndexesSkipAcked(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	rows, err := db.Pool.Query(ctx, `
+		SELECT c.relname, coalesce(pg_get_expr(i.indpred, i.indrelid), '')
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE i.indrelid = 'outbox.deliveries'::regclass AND NOT i.indisprimary`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered := map[string]bool{}
+	for rows.Next() {
+		var name, pred string
+		if err := rows.Scan(&name, &pred); err != nil {
+			t.Fatal(err)
+		}
+		if pred == "" || strings.Contains(pred, "acked") {
+			t.Errorf("index %s covers acked rows (predicate %q)", name, pred)
+		}
+		for _, state := range []string{"pending", "delivered", "dead"} {
+			if strings.Contains(pred, "'"+state+"'") {
+				covered[state] = true
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, state := range []string{"pending", "delivered", "dead"} {
+		if !covered[state] {
+			t.Errorf("no partial index covers %s rows", state)
+		}
+	}
+}
