@@ -77,25 +77,33 @@ func TestPublishRecordsXIDAndReturnsSequencesInOrder(t *testing.T) {
 // TestWriterHasXIDBeforeItAllocates is rule 1 of DESIGN §3: when a writer
 // has been handed a sequence, it must already own an xid, or a marker xid
 // taken after the head read could be older than the writer and the proof
-// would pass while the writer can still commit. The writer is frozen just
-// after its allocation by a lock that blocks its row insert; at that moment
-// pg_stat_activity must already show its xid.
+// would pass while the writer can still commit. The writer is frozen on
+// the very nextval that would allocate, by a lock on the sequence (an open
+// ALTER SEQUENCE holds one nextval waits for); at that moment, before
+// anything is allocated, pg_stat_activity must already show its xid. Any
+// order that takes the xid after nextval (or lets the insert take it)
+// fails here.
 func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
 	ob := newOutbox(t, db, outbox.Options{})
 
+	// LOCK TABLE refuses sequences; ALTER SEQUENCE takes SHARE ROW
+	// EXCLUSIVE, which nextval's ROW EXCLUSIVE waits for. CACHE 1 is what
+	// it already is, so nothing changes when it commits.
+	const lockSequence = `BEGIN; ALTER SEQUENCE outbox.events_sequence_seq CACHE 1`
 	blocker := db.Connect(t)
-	if _, err := blocker.Exec(ctx, `BEGIN; LOCK TABLE outbox.events IN SHARE MODE`); err != nil {
+	if _, err := blocker.Exec(ctx, lockSequence); err != nil {
 		t.Fatal(err)
 	}
 	writer := db.Connect(t)
 	var writerPID uint32 = writer.PgConn().PID()
 
-	// Each path runs twice: nextval itself takes an xid whenever it has to
-	// WAL-log the sequence (the first call, then every 32), which would
-	// hide a wrong order on the very first allocation.
+	// Each path runs twice, so the check covers a first allocation and a
+	// later one. (Parked before nextval runs, the writer cannot owe its
+	// xid to nextval WAL-logging the sequence, which it does on the first
+	// call and every 32nd.)
 	for _, path := range []string{"sql publish()", "Go Publish", "sql publish()", "Go Publish"} {
 		done := make(chan error, 1)
 		go func() {
@@ -115,7 +123,8 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 			}
 			done <- err
 		}()
-		// Wait until the writer is parked on the lock, i.e. after nextval.
+		// Wait until the writer is parked on the sequence lock, i.e. inside
+		// nextval, before it allocates.
 		var xid *string
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -127,7 +136,7 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: writer never blocked on the events lock", path)
+				t.Fatalf("%s: writer never blocked on the sequence lock", path)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -136,7 +145,7 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 			t.Fatal(err)
 		}
 		if xid == nil {
-			t.Fatalf("%s: writer allocated (head %d) without an xid", path, head)
+			t.Fatalf("%s: writer is allocating (head %d) without an xid", path, head)
 		}
 		// Release the writer for the next round, then take the lock again.
 		if _, err := blocker.Exec(ctx, `COMMIT`); err != nil {
@@ -145,7 +154,7 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		if _, err := blocker.Exec(ctx, `BEGIN; LOCK TABLE outbox.events IN SHARE MODE`); err != nil {
+		if _, err := blocker.Exec(ctx, lockSequence); err != nil {
 			t.Fatal(err)
 		}
 	}
