@@ -195,21 +195,27 @@ func TestEndToEndRedrive(t *testing.T) {
 	}
 	// One JSON log line per invocation, with the request id; the bad
 	// message is logged as undeliverable to a DLQ.
-	var batches, undeliverable int
-	for _, rec := range w.fn.JSONLogs() {
-		msg, _ := rec["message"].(string)
-		switch {
-		case msg == "compensate batch" && rec["requestId"] != nil:
-			batches++
-		case strings.Contains(msg, "no COMPENSATE_DLQ_URL"):
-			undeliverable++
+	count := func(logs string) (batches, undeliverable int) {
+		for _, rec := range lambdatest.JSONLines(logs) {
+			msg, _ := rec["message"].(string)
+			switch {
+			case msg == "compensate batch" && rec["requestId"] != nil:
+				batches++
+			case strings.Contains(msg, "no COMPENSATE_DLQ_URL"):
+				undeliverable++
+			}
 		}
+		return batches, undeliverable
 	}
-	if batches == 0 || undeliverable < maxReceiveCount {
-		t.Fatalf("logs: %d batch lines, %d undeliverable lines:\n%s", batches, undeliverable, w.fn.Logs())
+	logs := w.fn.AwaitLogs(func(l string) bool {
+		b, u := count(l)
+		return b > 0 && u >= maxReceiveCount && strings.Contains(l, `"Namespace":"Outboxkeeper"`)
+	})
+	if batches, undeliverable := count(logs); batches == 0 || undeliverable < maxReceiveCount {
+		t.Fatalf("logs: %d batch lines, %d undeliverable lines:\n%s", batches, undeliverable, logs)
 	}
-	if !strings.Contains(w.fn.Logs(), `"Namespace":"Outboxkeeper"`) {
-		t.Fatalf("no EMF metrics line:\n%s", w.fn.Logs())
+	if !strings.Contains(logs, `"Namespace":"Outboxkeeper"`) {
+		t.Fatalf("no EMF metrics line:\n%s", logs)
 	}
 }
 

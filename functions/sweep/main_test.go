@@ -87,18 +87,21 @@ func TestEndToEndScheduledEvent(t *testing.T) {
 		t.Errorf("rows after the pass: %s, want dead:2,delivered:1,pending:6", states)
 	}
 
-	var logged, emf bool
-	for _, rec := range fn.JSONLogs() {
-		if rec["message"] == "sweep pass" && rec["requestId"] != nil && rec["reset"] == 5.0 {
-			logged = true
+	found := func(logs string) (logged, emf bool) {
+		for _, rec := range lambdatest.JSONLines(logs) {
+			if rec["message"] == "sweep pass" && rec["requestId"] != nil && rec["reset"] == 5.0 {
+				logged = true
+			}
+			if _, ok := rec["_aws"]; ok && rec["Function"] == "sweep" && rec["SweepRuns"] == 1.0 &&
+				rec["Redeliveries"] == 5.0 && rec["DeadLettered"] == 2.0 && rec["OpenDeliveries"] == 9.0 {
+				emf = true
+			}
 		}
-		if _, ok := rec["_aws"]; ok && rec["Function"] == "sweep" && rec["SweepRuns"] == 1.0 &&
-			rec["Redeliveries"] == 5.0 && rec["DeadLettered"] == 2.0 && rec["OpenDeliveries"] == 9.0 {
-			emf = true
-		}
+		return logged, emf
 	}
-	if !logged || !emf {
-		t.Fatalf("pass log line found %v, EMF line found %v in:\n%s", logged, emf, fn.Logs())
+	logs := fn.AwaitLogs(func(l string) bool { logged, emf := found(l); return logged && emf })
+	if logged, emf := found(logs); !logged || !emf {
+		t.Fatalf("pass log line found %v, EMF line found %v in:\n%s", logged, emf, logs)
 	}
 
 	// A warm second invocation with a different input finds nothing new
@@ -127,7 +130,7 @@ func TestBadConfigFailsInit(t *testing.T) {
 	if body, err := fn.Invoke(ctx, []byte(`{}`)); err == nil {
 		t.Fatalf("invoke with a bad config succeeded: %s", body)
 	}
-	if logs := fn.Logs(); !strings.Contains(logs, "SWEEP_BATCH_LIMIT") {
+	if logs := fn.AwaitLogs(func(l string) bool { return strings.Contains(l, "SWEEP_BATCH_LIMIT") }); !strings.Contains(logs, "SWEEP_BATCH_LIMIT") {
 		t.Fatalf("init failure does not name SWEEP_BATCH_LIMIT:\n%s", logs)
 	}
 }

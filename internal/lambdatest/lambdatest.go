@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local/rie"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
@@ -162,11 +163,31 @@ func or(v, def string) string {
 // function's JSON log lines interleaved with rie's START/END/REPORT lines.
 func (f *Function) Logs() string { return f.logs.String() }
 
-// JSONLogs returns the lines of Logs that parse as JSON objects, i.e. the
+// AwaitLogs waits until cond holds for the output so far, or logWait
+// passes, and returns the output then. The output reaches the test through
+// rie's pipe and a copying goroutine, so a line the function wrote before
+// it answered may land a moment after Invoke returns: a test asserting on
+// logs waits for them instead of reading once, then asserts on what it got.
+func (f *Function) AwaitLogs(cond func(logs string) bool) string {
+	deadline := time.Now().Add(logWait)
+	for {
+		logs := f.Logs()
+		if cond(logs) || time.Now().After(deadline) {
+			return logs
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// logWait bounds AwaitLogs: far beyond a pipe's latency, short enough
+// that a line that never comes fails the test quickly.
+const logWait = 10 * time.Second
+
+// JSONLines returns the lines of logs that parse as JSON objects, i.e. the
 // function's structured log records.
-func (f *Function) JSONLogs() []map[string]any {
+func JSONLines(logs string) []map[string]any {
 	var out []map[string]any
-	for _, line := range strings.Split(f.Logs(), "\n") {
+	for _, line := range strings.Split(logs, "\n") {
 		line = strings.TrimSpace(line)
 		if !strings.HasPrefix(line, "{") {
 			continue

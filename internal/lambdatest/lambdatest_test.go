@@ -59,14 +59,16 @@ func TestEchoThroughRIE(t *testing.T) {
 	}
 
 	// The function's slog records are JSON lines carrying the request id.
-	var found bool
-	for _, rec := range fn.JSONLogs() {
-		if rec["message"] == "echo" && rec["requestId"] != nil && rec["level"] != nil {
-			found = true
+	found := func(logs string) bool {
+		for _, rec := range JSONLines(logs) {
+			if rec["message"] == "echo" && rec["requestId"] != nil && rec["level"] != nil {
+				return true
+			}
 		}
+		return false
 	}
-	if !found {
-		t.Fatalf("no JSON log line with message/requestId/level in:\n%s", fn.Logs())
+	if logs := fn.AwaitLogs(found); !found(logs) {
+		t.Fatalf("no JSON log line with message/requestId/level in:\n%s", logs)
 	}
 }
 
