@@ -103,7 +103,7 @@ func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace = 2 * time.Second
 	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
-	time.Sleep(300 * time.Millisecond)
+	awaitState(t, db, `episode_first_seen_at IS NOT NULL`) // the pass saw the stall
 	w.commit()
 	res := await()
 	if res.Waiting != nil || res.Filled != 0 || res.Watermark != 3 || res.MarkersTaken != 0 {
@@ -180,7 +180,7 @@ func TestOpenWriterCommitsDuringProof(t *testing.T) {
 	cfg.Grace = 0
 	cfg.PassBudget = 5 * time.Second
 	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
-	time.Sleep(600 * time.Millisecond) // the pass has its marker and polls
+	awaitState(t, db, `episode_marker IS NOT NULL`) // the pass has its marker and polls
 	w.commit()
 	res := await()
 	if res.Waiting != nil || res.Filled != 0 || res.Watermark != 3 || res.MarkersTaken != 1 {
@@ -455,7 +455,9 @@ func TestConcurrentPassesLease(t *testing.T) {
 		emitsLag := slices.ContainsFunc(passMetrics(r), func(m metrics.Metric) bool { return m.Name == "Lag" })
 		switch waiting(r) {
 		case WaitingLease:
-			if r.DurationMS > 300 || r.Statements != 1 {
+			// At once: its one statement is the lease attempt, and it
+			// did not sit out the grace the worker waits for.
+			if r.Statements != 1 || time.Duration(r.DurationMS)*time.Millisecond >= cfg.Grace {
 				t.Fatalf("a lease loser must return at once: %+v", r)
 			}
 			if emitsLag {
@@ -505,12 +507,17 @@ func TestCancelledMidPassNextContinues(t *testing.T) {
 	commit(t, db, 1)
 
 	cfg := testConfig()
-	cfg.Grace = time.Second
+	cfg.Grace = 2 * time.Second
 	s := newService(t, db.Pool, cfg, Options{})
 	// Cancelled (not a deadline: a deadline would shrink the budget), while
-	// the pass waits out the grace.
+	// the pass waits out the grace: as soon as it has recorded the stall.
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
+	go func() {
+		defer cancel()
+		if err := waitForState(db, `episode_first_seen_at IS NOT NULL`); err != nil {
+			t.Error(err)
+		}
+	}()
 	res, err := s.RunOnce(ctx)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("want the cancellation; got %v %+v", err, res)
@@ -578,7 +585,7 @@ func TestConnectionKilledMidPassNextContinues(t *testing.T) {
 		res, err := s.RunOnce(ctx)
 		done <- out{res, err}
 	}()
-	time.Sleep(700 * time.Millisecond) // the pass has its marker and polls
+	awaitState(t, db, `episode_marker IS NOT NULL`) // the pass has its marker and polls
 	var killed int
 	if err := db.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed); err != nil || killed == 0 {

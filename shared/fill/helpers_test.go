@@ -2,6 +2,7 @@ package fill
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -300,5 +301,33 @@ func runPassInBackground(t testing.TB, s *Service) (await func() *Result) {
 			t.Fatalf("pass: %v", o.err)
 		}
 		return o.res
+	}
+}
+
+// waitForState polls fill_state until cond (an SQL boolean over its
+// columns) holds, so a test acts at a known point of a pass running beside
+// it instead of after a guessed sleep. Safe to call from any goroutine.
+func waitForState(db *testdb.DB, cond string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var ok bool
+		if err := db.Pool.QueryRow(context.Background(), `SELECT coalesce(bool_or(`+cond+`), false) FROM outbox.fill_state`).Scan(&ok); err != nil {
+			return fmt.Errorf("fill_state %s: %w", cond, err)
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fill_state never reached %s in 10s", cond)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// awaitState is waitForState for the test's own goroutine.
+func awaitState(t testing.TB, db *testdb.DB, cond string) {
+	t.Helper()
+	if err := waitForState(db, cond); err != nil {
+		t.Fatal(err)
 	}
 }
