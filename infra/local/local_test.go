@@ -30,7 +30,9 @@ func TestReadTemplate(t *testing.T) {
 			t.Errorf("%s Input %q is not JSON: %v", name, input, err)
 		}
 	}
-	if tm.FunctionTimeout <= 0 || tm.BatchSize < 1 || tm.BatchSize > 10000 || tm.MaxReceiveCount < 1 {
+	// MaxConcurrency comes through !Ref CompensateMaxConcurrency's default;
+	// the SQS event source accepts 2 to 1000.
+	if tm.FunctionTimeout <= 0 || tm.BatchSize < 1 || tm.BatchSize > 10000 || tm.MaxReceiveCount < 1 || tm.MaxConcurrency < 2 || tm.MaxConcurrency > 1000 {
 		t.Errorf("implausible template values: %+v", tm)
 	}
 	// AWS's rule for SQS event sources, which the driver inherits.

@@ -58,7 +58,7 @@ func TestMapping(t *testing.T) {
 	}
 	var mu sync.Mutex
 	seen := map[string][]string{} // body -> ApproximateReceiveCount of each delivery
-	m := &Mapping{SQS: c, Queue: q, Region: "us-east-1", Function: f, BatchSize: tmpl.BatchSize, Window: tmpl.BatchingWindow,
+	m := &Mapping{SQS: c, Queue: q, Region: "us-east-1", Functions: []*Function{f}, BatchSize: tmpl.BatchSize, Window: tmpl.BatchingWindow,
 		Observe: func(inv Invocation) {
 			if inv.Error != "" {
 				t.Errorf("invocation failed: %s", inv.Error)
@@ -118,5 +118,79 @@ func TestMapping(t *testing.T) {
 	}
 	if m.Stats.Deleted.Load() != 2 || m.Stats.ItemFailures.Load() != 2 {
 		t.Errorf("deleted %d, item failures %d", m.Stats.Deleted.Load(), m.Stats.ItemFailures.Load())
+	}
+}
+
+// TestMappingFeedsEveryInstance: with two instances (the template's
+// MaximumConcurrency) both receive batches, and every message is still
+// handled exactly once and deleted.
+func TestMappingFeedsEveryInstance(t *testing.T) {
+	t.Parallel()
+	rieBin := testenv.Require(t, "AWS_LAMBDA_RIE")
+	bootstrap := lambdatest.Build(t, "./infra/local/testdata/partial")
+	c := sqstest.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	tmpl := Template{VisibilityTimeout: 30 * time.Second, MaxReceiveCount: 5, BatchSize: 1}
+	q, err := CreateQueues(ctx, c, fmt.Sprintf("okmapn-%d", time.Now().UnixNano()), tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Delete(context.Background(), c)
+
+	var instances []*Function
+	for _, name := range []string{"partial-a", "partial-b"} {
+		f, err := rie.Start(ctx, rie.Spec{Name: name, RIE: rieBin, Bootstrap: bootstrap, Output: &bytes.Buffer{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Stop()
+		instances = append(instances, f)
+	}
+	const n = 30
+	for i := range n {
+		if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(fmt.Sprintf("ok-%d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	byInstance, byBody := map[string]int{}, map[string]int{}
+	m := &Mapping{SQS: c, Queue: q, Region: "us-east-1", Functions: instances, BatchSize: tmpl.BatchSize,
+		Observe: func(inv Invocation) {
+			var r struct {
+				Received events.SQSEvent `json:"received"`
+			}
+			if inv.Error != "" || json.Unmarshal(inv.Response, &r) != nil {
+				t.Errorf("invocation of %s: %s %s", inv.Function, inv.Error, inv.Response)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			byInstance[inv.Function]++
+			for _, rec := range r.Received.Records {
+				byBody[rec.Body]++
+			}
+		}}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { m.Run(runCtx); close(done) }()
+	for m.Stats.Deleted.Load() < n && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if m.Stats.Deleted.Load() != n || len(byBody) != n {
+		t.Fatalf("deleted %d, handled %d distinct bodies, want %d", m.Stats.Deleted.Load(), len(byBody), n)
+	}
+	for body, times := range byBody {
+		if times != 1 {
+			t.Errorf("%s handled %d times", body, times)
+		}
+	}
+	if byInstance["partial-a"] == 0 || byInstance["partial-b"] == 0 {
+		t.Errorf("invocations by instance %v: want both instances fed", byInstance)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,10 +21,14 @@ import (
 // deletes the messages that succeeded, and leaves the failed ones to the
 // visibility timeout, so the queue's redrive policy counts their receives.
 type Mapping struct {
-	SQS       *sqs.Client
-	Queue     Queues
-	Region    string
-	Function  *Function
+	SQS    *sqs.Client
+	Queue  Queues
+	Region string
+	// Functions are instances of one function, each under its own rie
+	// (which serves one invocation at a time): one poller per instance,
+	// so at most len(Functions) batches are in flight, as
+	// ScalingConfig.MaximumConcurrency allows on AWS.
+	Functions []*Function
 	BatchSize int
 	// Window is MaximumBatchingWindowInSeconds: after the first message,
 	// how long to keep gathering before invoking with a partial batch.
@@ -42,20 +47,28 @@ type MappingStats struct {
 // shorter keeps shutdown prompt, at the price of a few empty receives.
 const longPoll = 2
 
-// Run polls until ctx ends; one batch in flight at a time, since rie serves
-// one invocation at a time.
+// Run polls until ctx ends, with one poller per function instance.
 func (m *Mapping) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, f := range m.Functions {
+		wg.Go(func() { m.poll(ctx, f) })
+	}
+	wg.Wait()
+}
+
+// poll feeds one instance: gather a batch, invoke, settle, repeat.
+func (m *Mapping) poll(ctx context.Context, f *Function) {
 	for ctx.Err() == nil {
 		batch, err := m.gather(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				m.observeError(fmt.Errorf("receive: %w", err))
+				m.observeError(f, fmt.Errorf("receive: %w", err))
 				sleep(ctx, time.Second)
 			}
 			continue
 		}
 		if len(batch) > 0 {
-			m.deliver(ctx, batch)
+			m.deliver(ctx, f, batch)
 		}
 	}
 }
@@ -98,16 +111,16 @@ func (m *Mapping) receive(ctx context.Context, max int, wait int32) ([]types.Mes
 	return out.Messages, nil
 }
 
-// deliver invokes the function with one batch and settles the messages.
-func (m *Mapping) deliver(ctx context.Context, batch []types.Message) {
+// deliver invokes instance f with one batch and settles the messages.
+func (m *Mapping) deliver(ctx context.Context, f *Function, batch []types.Message) {
 	m.Stats.Batches.Add(1)
 	m.Stats.Messages.Add(int64(len(batch)))
 	event, err := json.Marshal(m.event(batch))
 	if err != nil {
-		m.observeError(err)
+		m.observeError(f, err)
 		return
 	}
-	resp, err := invoke(ctx, m.Function, event, m.Observe)
+	resp, err := invoke(ctx, f, event, m.Observe)
 	if err != nil {
 		// A failed invocation fails the whole batch: every message comes
 		// back after the visibility timeout, as with Lambda.
@@ -139,7 +152,7 @@ func (m *Mapping) deliver(ctx context.Context, batch []types.Message) {
 		QueueUrl: aws.String(m.Queue.URL), Entries: entries,
 	})
 	if err != nil {
-		m.observeError(fmt.Errorf("delete %d messages: %w", len(entries), err))
+		m.observeError(f, fmt.Errorf("delete %d messages: %w", len(entries), err))
 		return
 	}
 	m.Stats.Deleted.Add(int64(len(out.Successful)))
@@ -201,9 +214,9 @@ func (m *Mapping) event(batch []types.Message) events.SQSEvent {
 	return ev
 }
 
-func (m *Mapping) observeError(err error) {
+func (m *Mapping) observeError(f *Function, err error) {
 	if m.Observe != nil {
-		m.Observe(Invocation{Function: m.Function.Name + "-mapping", Start: time.Now(), Error: err.Error()})
+		m.Observe(Invocation{Function: f.Name + "-mapping", Start: time.Now(), Error: err.Error()})
 	}
 }
 

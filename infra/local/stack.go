@@ -52,9 +52,13 @@ type Stack struct {
 	Region      string
 	SQS         *sqs.Client
 	Queues      Queues
-	Functions   map[string]*Function
-	Mapping     *Mapping
-	LogDir      string
+	// Functions holds one instance of each function (the one `make up`
+	// prints); Compensators every compensate instance, the first being
+	// Functions["compensate"].
+	Functions    map[string]*Function
+	Compensators []*Function
+	Mapping      *Mapping
+	LogDir       string
 
 	logs []*os.File
 }
@@ -98,19 +102,36 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 		return s, err
 	}
 	for _, fn := range Functions {
-		out, err := os.Create(filepath.Join(s.LogDir, fn+".log"))
-		if err != nil {
-			return s, err
+		// rie serves one invocation at a time, so compensate gets as many
+		// instances as the template's MaximumConcurrency lets Lambda run.
+		instances := 1
+		if fn == "compensate" {
+			instances = s.Template.MaxConcurrency
 		}
-		s.logs = append(s.logs, out)
-		f, err := rie.Start(ctx, rie.Spec{Name: fn, RIE: rieBin, Bootstrap: bootstraps[fn], Env: s.env(fn), Output: out})
-		if err != nil {
-			return s, err
+		for i := 1; i <= instances; i++ {
+			logName := fn + ".log"
+			if i > 1 {
+				logName = fmt.Sprintf("%s-%d.log", fn, i)
+			}
+			out, err := os.Create(filepath.Join(s.LogDir, logName))
+			if err != nil {
+				return s, err
+			}
+			s.logs = append(s.logs, out)
+			f, err := rie.Start(ctx, rie.Spec{Name: fn, RIE: rieBin, Bootstrap: bootstraps[fn], Env: s.env(fn), Output: out})
+			if err != nil {
+				return s, err
+			}
+			if i == 1 {
+				s.Functions[fn] = f
+			}
+			if fn == "compensate" {
+				s.Compensators = append(s.Compensators, f)
+			}
 		}
-		s.Functions[fn] = f
 	}
 	s.Mapping = &Mapping{
-		SQS: s.SQS, Queue: s.Queues, Region: s.Region, Function: s.Functions["compensate"],
+		SQS: s.SQS, Queue: s.Queues, Region: s.Region, Functions: s.Compensators,
 		BatchSize: s.Template.BatchSize, Window: s.Template.BatchingWindow, Observe: opts.Observe,
 	}
 	return s, nil
@@ -132,6 +153,9 @@ func (s *Stack) Close() {
 	var wg sync.WaitGroup
 	for _, f := range s.Functions {
 		wg.Go(f.Stop)
+	}
+	for _, f := range s.Compensators {
+		wg.Go(f.Stop) // the first is in Functions too; Stop is idempotent
 	}
 	wg.Wait()
 	for _, l := range s.logs {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -20,9 +21,12 @@ type Template struct {
 	// VisibilityTimeout and MaxReceiveCount configure the report queue.
 	VisibilityTimeout time.Duration
 	MaxReceiveCount   int
-	// BatchSize and BatchingWindow configure compensate's SQS mapping.
+	// BatchSize, BatchingWindow and MaxConcurrency configure compensate's
+	// SQS mapping (MaxConcurrency from ScalingConfig, through its
+	// parameter's default).
 	BatchSize      int
 	BatchingWindow time.Duration
+	MaxConcurrency int
 }
 
 // ReadTemplate parses the SAM template at path. The intrinsic-function tags
@@ -50,6 +54,7 @@ func ReadTemplate(path string) (Template, error) {
 		MaxReceiveCount:   r.integer("Resources", "RollbackReportQueue", "Properties", "RedrivePolicy", "maxReceiveCount"),
 		BatchSize:         r.integer("Resources", "CompensateFunction", "Properties", "Events", "RollbackReports", "Properties", "BatchSize"),
 		BatchingWindow:    r.seconds("Resources", "CompensateFunction", "Properties", "Events", "RollbackReports", "Properties", "MaximumBatchingWindowInSeconds"),
+		MaxConcurrency:    r.integer("Resources", "CompensateFunction", "Properties", "Events", "RollbackReports", "Properties", "ScalingConfig", "MaximumConcurrency"),
 	}
 	return t, r.err
 }
@@ -73,7 +78,17 @@ func (r *tmplReader) scalar(keys ...string) string {
 			return ""
 		}
 	}
-	if n.Kind != yaml.ScalarNode {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!Ref" {
+		// A parameter: what a deployment that keeps the default gets.
+		def := child(child(child(r.root, "Parameters"), n.Value), "Default")
+		if def == nil {
+			r.err = fmt.Errorf("%s: %v refers to %s, which has no Default", r.path, keys, n.Value)
+			return ""
+		}
+		n = def
+	}
+	// Another intrinsic (!Sub, !If, ...) is not a value the driver can use.
+	if n.Kind != yaml.ScalarNode || strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
 		r.err = fmt.Errorf("%s: %v is not a plain value", r.path, keys)
 		return ""
 	}
