@@ -123,37 +123,55 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 			}
 			done <- err
 		}()
-		// Wait until the writer is parked on the sequence lock, i.e. inside
-		// nextval, before it allocates.
-		var xid *string
+		// release lets the writer finish its round; a failure is reported
+		// only after it, so the writer's connection is idle when the test
+		// ends and closes it.
+		release := func() error {
+			if _, err := blocker.Exec(ctx, `COMMIT`); err != nil {
+				return err
+			}
+			return <-done
+		}
+		// Wait until the writer is parked on the sequence's lock, i.e. in
+		// nextval, before it allocates: pg_locks names the relation it
+		// waits for.
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			var waiting bool
-			if err := db.Pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false), backend_xid::text FROM pg_stat_activity WHERE pid = $1`, writerPID).Scan(&waiting, &xid); err != nil {
+			var parked bool
+			if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted
+				AND relation = 'outbox.events_sequence_seq'::regclass)`, writerPID).Scan(&parked); err != nil {
 				t.Fatal(err)
 			}
-			if waiting {
+			if parked {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: writer never blocked on the sequence lock", path)
+				err := release()
+				t.Fatalf("%s: writer never blocked on the sequence lock (then: %v)", path, err)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+		// The xid is read only now, in a statement of its own: a
+		// pg_stat_activity row reads backend_xid and wait_event at
+		// different instants, so one row can show a wait that began just
+		// after the xid it does not show yet. Parked, the writer's xid can
+		// no longer change.
+		var xid *string
+		if err := db.Pool.QueryRow(ctx, `SELECT backend_xid::text FROM pg_stat_activity WHERE pid = $1`, writerPID).Scan(&xid); err != nil {
+			t.Fatal(err)
 		}
 		var head int64
 		if err := db.Pool.QueryRow(ctx, `SELECT outbox.allocation_head()`).Scan(&head); err != nil {
 			t.Fatal(err)
 		}
+		err := release()
 		if xid == nil {
 			t.Fatalf("%s: writer is allocating (head %d) without an xid", path, head)
 		}
-		// Release the writer for the next round, then take the lock again.
-		if _, err := blocker.Exec(ctx, `COMMIT`); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
+		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
+		// Take the lock again for the next round.
 		if _, err := blocker.Exec(ctx, lockSequence); err != nil {
 			t.Fatal(err)
 		}
