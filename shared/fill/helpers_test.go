@@ -31,7 +31,7 @@ func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c
 func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 func testConfig() config.Fill {
-	return config.Fill{Grace: 200 * time.Millisecond, BatchLimit: 1000, PageSize: 1000, PassBudget: 3 * time.Second}
+	return config.Fill{Grace: 200 * time.Millisecond, BatchLimit: 1000, PageSize: 1000, PassBudget: 10 * time.Second}
 }
 
 func newService(t testing.TB, q store.Querier, cfg config.Fill, opts Options) *Service {
