@@ -13,6 +13,7 @@ package fill
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -180,6 +181,16 @@ type EpisodeView struct {
 }
 
 func (r *Result) wait(why string) { r.Waiting = &why }
+
+// String is the Result as its JSON response, so a printed Result shows
+// waiting, episode and blockers by value rather than as pointers.
+func (r *Result) String() string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Sprintf("unprintable fill result: %v", err)
+	}
+	return string(b)
+}
 
 // WaitingFor is Result.Waiting or "".
 func (r *Result) WaitingFor() string {
