@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +48,30 @@ func TestRepoRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(r, "go.mod")); err != nil {
 		t.Fatalf("no go.mod in %s", r)
+	}
+}
+
+// skipRecorder records what Skip asked of the test instead of ending it.
+type skipRecorder struct {
+	testing.TB
+	fatal, skipped string
+}
+
+func (r *skipRecorder) Helper()           {}
+func (r *skipRecorder) Fatal(args ...any) { r.fatal = fmt.Sprint(args...) }
+func (r *skipRecorder) Skip(args ...any)  { r.skipped = fmt.Sprint(args...) }
+
+func TestSkipFailsUnderCI(t *testing.T) {
+	t.Setenv("CI", "true")
+	r := &skipRecorder{TB: t}
+	Skip(r, "slow")
+	if r.skipped != "" || !strings.Contains(r.fatal, "would skip: slow") {
+		t.Fatalf("under CI: fatal %q, skipped %q", r.fatal, r.skipped)
+	}
+	t.Setenv("CI", "")
+	r = &skipRecorder{TB: t}
+	Skip(r, "slow")
+	if r.fatal != "" || r.skipped != "slow" {
+		t.Fatalf("outside CI: fatal %q, skipped %q", r.fatal, r.skipped)
 	}
 }

@@ -613,7 +613,7 @@ func TestConnectionKilledMidPassNextContinues(t *testing.T) {
 func TestLargeHealthyTableFewStatements(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	if testing.Short() {
-		t.Skip("loads 1,000,000 rows")
+		testenv.Skip(t, "loads 1,000,000 rows")
 	}
 	db := testdb.New(t)
 	const n = 1_000_000
@@ -831,7 +831,7 @@ func TestBlockedByNamesPreparedTransaction(t *testing.T) {
 		// pointing DATABASE_URL at another server opts out explicitly, as
 		// for a missing stack. CI never sets the variable.
 		if os.Getenv(testenv.SkipVar) == "1" {
-			t.Skip("needs max_prepared_transactions > 0 (infra/stack/up.sh sets it)")
+			testenv.Skip(t, "needs max_prepared_transactions > 0 (infra/stack/up.sh sets it)")
 		}
 		t.Fatalf("max_prepared_transactions is 0: use the cluster infra/stack/up.sh makes, or set %s=1 to skip", testenv.SkipVar)
 	}

@@ -23,7 +23,7 @@ import (
 // no dead letters, no failed invocation.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the demo for 20s")
+		testenv.Skip(t, "runs the demo for 20s")
 	}
 	// The driver reads the stack from the environment (the AWS SDK does
 	// too), so take what is missing from .local/stack.env.
