@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 )
 
 // Mapping plays Lambda's SQS event source mapping with
@@ -115,7 +117,7 @@ func (m *Mapping) receive(ctx context.Context, max int, wait int32) ([]types.Mes
 func (m *Mapping) deliver(ctx context.Context, f *Function, batch []types.Message) {
 	m.Stats.Batches.Add(1)
 	m.Stats.Messages.Add(int64(len(batch)))
-	event, err := json.Marshal(m.event(batch))
+	event, err := json.Marshal(compensate.EventFromMessages(m.Queue.ARN, m.Region, batch))
 	if err != nil {
 		m.observeError(f, err)
 		return
@@ -180,38 +182,6 @@ func failedItems(resp json.RawMessage, batch []types.Message) (failed map[string
 		failed[f.ItemIdentifier] = true
 	}
 	return failed, false
-}
-
-// event builds the SQSEvent Lambda would send for batch.
-func (m *Mapping) event(batch []types.Message) events.SQSEvent {
-	ev := events.SQSEvent{Records: make([]events.SQSMessage, 0, len(batch))}
-	for _, msg := range batch {
-		attrs := make(map[string]string, len(msg.Attributes))
-		for k, v := range msg.Attributes {
-			attrs[k] = v
-		}
-		mattrs := make(map[string]events.SQSMessageAttribute, len(msg.MessageAttributes))
-		for k, v := range msg.MessageAttributes {
-			mattrs[k] = events.SQSMessageAttribute{
-				StringValue: v.StringValue, BinaryValue: v.BinaryValue,
-				StringListValues: v.StringListValues, BinaryListValues: v.BinaryListValues,
-				DataType: aws.ToString(v.DataType),
-			}
-		}
-		ev.Records = append(ev.Records, events.SQSMessage{
-			MessageId:              aws.ToString(msg.MessageId),
-			ReceiptHandle:          aws.ToString(msg.ReceiptHandle),
-			Body:                   aws.ToString(msg.Body),
-			Md5OfBody:              aws.ToString(msg.MD5OfBody),
-			Md5OfMessageAttributes: aws.ToString(msg.MD5OfMessageAttributes),
-			Attributes:             attrs,
-			MessageAttributes:      mattrs,
-			EventSourceARN:         m.Queue.ARN,
-			EventSource:            "aws:sqs",
-			AWSRegion:              m.Region,
-		})
-	}
-	return ev
 }
 
 func (m *Mapping) observeError(f *Function, err error) {

@@ -31,9 +31,11 @@ func EventFromMessages(arn, region string, msgs []sqstypes.Message) events.SQSEv
 		}
 		for k, v := range m.MessageAttributes {
 			rec.MessageAttributes[k] = events.SQSMessageAttribute{
-				StringValue: v.StringValue,
-				BinaryValue: v.BinaryValue,
-				DataType:    aws.ToString(v.DataType),
+				StringValue:      v.StringValue,
+				BinaryValue:      v.BinaryValue,
+				StringListValues: v.StringListValues,
+				BinaryListValues: v.BinaryListValues,
+				DataType:         aws.ToString(v.DataType),
 			}
 		}
 		ev.Records = append(ev.Records, rec)
