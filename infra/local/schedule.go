@@ -11,7 +11,6 @@ type Invocation struct {
 	Function string          `json:"function"`
 	Start    time.Time       `json:"start"`
 	Duration time.Duration   `json:"duration_ns"`
-	Event    json.RawMessage `json:"-"`
 	Response json.RawMessage `json:"response,omitempty"`
 	Error    string          `json:"error,omitempty"`
 }
@@ -23,7 +22,7 @@ type Observer func(Invocation)
 func invoke(ctx context.Context, f *Function, event []byte, observe Observer) (json.RawMessage, error) {
 	start := time.Now()
 	resp, err := f.Invoke(ctx, event)
-	inv := Invocation{Function: f.Name, Start: start, Duration: time.Since(start), Event: event, Response: resp}
+	inv := Invocation{Function: f.Name, Start: start, Duration: time.Since(start), Response: resp}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // shutting down: not the function's failure

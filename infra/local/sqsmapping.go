@@ -40,9 +40,9 @@ type Mapping struct {
 	Stats MappingStats
 }
 
-// MappingStats count what the mapping did.
+// MappingStats count what the mapping did to the queue.
 type MappingStats struct {
-	Batches, Messages, Deleted, ItemFailures, InvokeErrors atomic.Int64
+	Deleted, ItemFailures atomic.Int64
 }
 
 // longPoll is the wait of the first receive of a batch. SQS allows 20s;
@@ -115,8 +115,6 @@ func (m *Mapping) receive(ctx context.Context, max int, wait int32) ([]types.Mes
 
 // deliver invokes instance f with one batch and settles the messages.
 func (m *Mapping) deliver(ctx context.Context, f *Function, batch []types.Message) {
-	m.Stats.Batches.Add(1)
-	m.Stats.Messages.Add(int64(len(batch)))
 	event, err := json.Marshal(compensate.EventFromMessages(m.Queue.ARN, m.Region, batch))
 	if err != nil {
 		m.observeError(f, err)
@@ -125,10 +123,8 @@ func (m *Mapping) deliver(ctx context.Context, f *Function, batch []types.Messag
 	resp, err := invoke(ctx, f, event, m.Observe)
 	if err != nil {
 		// A failed invocation fails the whole batch: every message comes
-		// back after the visibility timeout, as with Lambda.
-		if ctx.Err() == nil {
-			m.Stats.InvokeErrors.Add(1)
-		}
+		// back after the visibility timeout, as with Lambda. (invoke has
+		// told the observer.)
 		return
 	}
 	failed, whole := failedItems(resp, batch)

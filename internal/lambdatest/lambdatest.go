@@ -91,13 +91,6 @@ type Function struct {
 	logs *syncBuffer
 }
 
-// Error is a failed invocation (see rie.Error); IsFunctionError tells a
-// function error (error document or timeout) from a refused invocation.
-type Error = rie.Error
-
-// IsFunctionError reports whether err is a Lambda function error.
-func IsFunctionError(err error) bool { return rie.IsFunctionError(err) }
-
 // Start runs bootstrap under aws-lambda-rie on free loopback ports and stops
 // it when the test ends. The function sees only the environment Lambda would
 // give it (rie.Environment) plus env (an empty value removes a default),

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/infra/local/rie"
 )
 
 const echoPkg = "./internal/lambdatest/testdata/echo"
@@ -53,8 +55,8 @@ func TestEchoThroughRIE(t *testing.T) {
 
 	// A handler error comes back as a Lambda error object.
 	body, err = fn.Invoke(ctx, []byte(`{"fail":true}`))
-	var fe *Error
-	if !errors.As(err, &fe) || fe.Message != "asked to fail" || !IsFunctionError(err) {
+	var fe *rie.Error
+	if !errors.As(err, &fe) || fe.Message != "asked to fail" || !rie.IsFunctionError(err) {
 		t.Fatalf("want function error, got body %s err %v", body, err)
 	}
 

@@ -238,8 +238,5 @@ func (f *Function) Stop() {
 	})
 }
 
-// Exited is closed once rie has exited (stopped, crashed or killed).
-func (f *Function) Exited() <-chan struct{} { return f.exited }
-
 // Pid is rie's process id.
 func (f *Function) Pid() int { return f.cmd.Process.Pid }
