@@ -367,6 +367,49 @@ func TestYoungOutboxFillsFromTheStart(t *testing.T) {
 	}
 }
 
+// Rule §3.2 on the historical path: historical gaps are proven with one
+// marker, assigned after the first run's head read, so only sequences at
+// or below that head may be filled with it. A writer that allocates later
+// (its xid newer than the marker) stays unfilled while it runs, even when
+// a later pass reads a higher head and the historical proof passes.
+func TestRuleHistoricalFillCappedAtFirstHead(t *testing.T) {
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
+	db := testdb.New(t)
+	ctx := context.Background()
+	commit(t, db, 1)                // 1
+	historical, _ := burn(t, db, 1) // 2: a gap present at the first run
+	commit(t, db, 1)                // 3: the first run's head
+	old := openWriter(t, db)        // an older transaction holds the proof back
+	if _, err := old.tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := testConfig()
+	cfg.Grace, cfg.PassBudget = time.Hour, time.Second
+	s := newService(t, db.Pool, cfg, Options{})
+	if res := runPass(t, s); waiting(res) != WaitingProof || !res.Historical || res.MarkersTaken != 1 || res.Head != 3 {
+		t.Fatalf("first run: want the historical proof blocked; got %+v", res)
+	}
+
+	late := openWriter(t, db) // xid newer than the historical marker
+	seq := late.allocate()    // 4, above the first run's head, row not yet inserted
+	commit(t, db, 1)          // 5: the head a later pass reads
+	old.rollback()
+
+	res := runPass(t, s)
+	if res.Filled != 1 || res.Watermark != historical+1 || res.Head != 5 || waiting(res) != WaitingGrace {
+		t.Fatalf("want only %d filled, then the live stall at %d in its grace; got %+v", historical, seq, res)
+	}
+	got := rows(t, db)
+	if r, ok := got[historical]; !isPlaceholder(r, ok) {
+		t.Fatalf("historical gap %d: %+v", historical, r)
+	}
+	if r, ok := got[seq]; ok {
+		t.Fatalf("sequence %d of a writer still open was filled: %+v", seq, r)
+	}
+	late.rollback()
+}
+
 // History pruned below the lowest present row (more than a page of it) is
 // not refilled.
 func TestPrunedHistoryIsNotRefilled(t *testing.T) {
