@@ -62,7 +62,6 @@ type Options struct {
 // Service handles batches of rollback reports. Safe for concurrent use.
 type Service struct {
 	cfg      config.Compensate
-	schema   store.Schema
 	events   *store.Events
 	db       store.Querier
 	sqs      SQS
@@ -111,7 +110,6 @@ func New(opts Options) (*Service, error) {
 	}
 	return &Service{
 		cfg:      c,
-		schema:   opts.Schema,
 		events:   store.NewEvents(opts.Schema),
 		db:       opts.DB,
 		sqs:      opts.SQS,

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"time"
 
@@ -209,7 +208,6 @@ type pass struct {
 	lease    time.Duration
 	st       State
 	head     int64
-	headRead bool
 	res      *Result
 }
 
@@ -269,7 +267,7 @@ func (p *pass) run(ctx context.Context) (err error) {
 	if p.head, err = p.s.events.Head(ctx, p.q); err != nil {
 		return err
 	}
-	p.headRead = true
+	p.res.headRead = true
 	if !p.st.Started {
 		lowest, err := p.s.events.Lowest(ctx, p.q)
 		if err != nil {
@@ -476,7 +474,7 @@ func (p *pass) fill(ctx context.Context, missing []int64) (done bool, err error)
 		wrote = append(wrote, seqs...)
 	}
 	if len(wrote) > 0 {
-		lo, hi := slices.Min(wrote), slices.Max(wrote)
+		lo, hi := wrote[0], wrote[len(wrote)-1] // ascending: sorted batches, each returned in order
 		p.res.Filled += int64(len(wrote))
 		if p.res.FilledMin == nil || lo < *p.res.FilledMin {
 			p.res.FilledMin = &lo
@@ -517,7 +515,7 @@ func (p *pass) finish(ctx context.Context, waiting string) error {
 // report copies the state into the result.
 func (p *pass) report() {
 	r, st, now := p.res, p.st, p.s.opts.Now()
-	r.Watermark, r.Head, r.Started, r.headRead = st.Watermark, p.head, st.Started, p.headRead
+	r.Watermark, r.Head, r.Started = st.Watermark, p.head, st.Started
 	r.Lag = 0
 	if st.Started && p.head > st.Watermark {
 		r.Lag = p.head - st.Watermark
