@@ -19,9 +19,9 @@ type horizonSQL struct {
 
 func newHorizonSQL() horizonSQL {
 	// The marker as a 32-bit xid, for comparing with pg_stat_activity's
-	// xid columns: xid has no ordering, but age() (transactions since) does,
-	// and the text of an xid8 modulo 2^32 is its xid.
-	const marker32 = `(($1::text::numeric % 4294967296)::text::xid)`
+	// xid columns: xid has no ordering, but age() (transactions since)
+	// does. xid8::xid (PostgreSQL 13+) drops the epoch.
+	const marker32 = `($1::text::xid8::xid)`
 	return horizonSQL{
 		// The oldest transaction still running, from a fresh snapshot of
 		// this autocommit statement (which has no xid of its own): newer
