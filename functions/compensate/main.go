@@ -22,11 +22,12 @@ func main() {
 	log := logging.Setup()
 	ctx := context.Background()
 
-	db, err := config.LoadDatabase(config.Environment())
+	env := config.Environment()
+	db, err := config.LoadDatabase(env)
 	if err != nil {
 		logging.InitFailed(log, "compensate", "load database configuration", err)
 	}
-	cfg, err := config.LoadCompensate(config.Environment())
+	cfg, err := config.LoadCompensate(env)
 	if err != nil {
 		logging.InitFailed(log, "compensate", "load compensate configuration", err)
 	}
@@ -34,17 +35,18 @@ func main() {
 	if err != nil {
 		logging.InitFailed(log, "compensate", "schema", err)
 	}
-	// The pool outlives invocations of a warm environment and connects
-	// lazily; a connection that broke is discarded and re-dialled by pgxpool.
-	pool, err := pg.NewPool(ctx, db, pg.Options{ApplicationName: "outboxkeeper-compensate"})
-	if err != nil {
-		logging.InitFailed(log, "compensate", "open database pool", err)
-	}
+	// Loaded once for SQS and, in secret or IAM mode, the pool.
 	// LoadDefaultConfig honours AWS_ENDPOINT_URL_SQS, which is how the local
 	// stack points the client at its emulator.
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
 		logging.InitFailed(log, "compensate", "load AWS configuration", err)
+	}
+	// The pool outlives invocations of a warm environment and connects
+	// lazily; a connection that broke is discarded and re-dialled by pgxpool.
+	pool, err := pg.NewPool(ctx, db, pg.Options{ApplicationName: "outboxkeeper-compensate", AWS: &awsCfg})
+	if err != nil {
+		logging.InitFailed(log, "compensate", "open database pool", err)
 	}
 	svc, err := compensate.New(compensate.Options{
 		Config:  cfg,
