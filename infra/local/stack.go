@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -202,22 +201,15 @@ func (s *Stack) env(fn string) map[string]string {
 	return env
 }
 
-// findRIE is AWS_LAMBDA_RIE (written to .local/stack.env by the stack
-// script), or aws-lambda-rie on PATH or in GOPATH/bin.
+// findRIE is AWS_LAMBDA_RIE, which infra/stack/up.sh writes to
+// .local/stack.env with the pinned emulator it installs; rie.Start checks
+// that it runs. No PATH fallback: an unpinned emulator is not the one the
+// tests use.
 func findRIE() (string, error) {
 	if p := os.Getenv("AWS_LAMBDA_RIE"); p != "" {
 		return p, nil
 	}
-	if p, err := exec.LookPath("aws-lambda-rie"); err == nil {
-		return p, nil
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "aws-lambda-rie")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("aws-lambda-rie not found: run `bash infra/stack/up.sh` (it installs it and writes AWS_LAMBDA_RIE to .local/stack.env)")
+	return "", errors.New("AWS_LAMBDA_RIE is not set: run `bash infra/stack/up.sh` and source .local/stack.env (the Makefile targets do)")
 }
 
 // Endpoints lists what a developer points an application at.
