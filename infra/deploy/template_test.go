@@ -450,27 +450,14 @@ func checkEnvironment(tpl *template) []string {
 			if sc.name == "iam" && !strings.Contains(db.URL, "sslmode=require") {
 				problems = append(problems, where+": the IAM DATABASE_URL must require TLS")
 			}
-			defaults := config.FromMap(nil)
-			var got, want any
-			switch short {
-			case "fill":
-				got, err = config.LoadFill(lookup)
-				want, _ = config.LoadFill(defaults)
-			case "sweep":
-				got, err = config.LoadSweep(lookup)
-				want, _ = config.LoadSweep(defaults)
-			case "compensate":
-				var c config.Compensate
-				c, err = config.LoadCompensate(lookup)
+			got, err := load(short, env)
+			want, _ := load(short, nil)
+			if c, ok := got.(config.Compensate); ok {
 				if c.DLQURL == "" {
 					problems = append(problems, where+": COMPENSATE_DLQ_URL is not set")
 				}
 				c.DLQURL = ""
 				got = c
-				want, _ = config.LoadCompensate(defaults)
-			default:
-				problems = append(problems, where+": unknown function; teach this test its configuration")
-				continue
 			}
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("%s: %v", where, err))
@@ -483,19 +470,17 @@ func checkEnvironment(tpl *template) []string {
 }
 
 // load runs the configuration loader of one function over env.
-func load(short string, env map[string]string) error {
-	var err error
+func load(short string, env map[string]string) (any, error) {
+	lookup := config.FromMap(env)
 	switch short {
 	case "fill":
-		_, err = config.LoadFill(config.FromMap(env))
+		return config.LoadFill(lookup)
 	case "sweep":
-		_, err = config.LoadSweep(config.FromMap(env))
+		return config.LoadSweep(lookup)
 	case "compensate":
-		_, err = config.LoadCompensate(config.FromMap(env))
-	default:
-		err = fmt.Errorf("unknown function %q", short)
+		return config.LoadCompensate(lookup)
 	}
-	return err
+	return nil, fmt.Errorf("unknown function %q: teach this test its configuration", short)
 }
 
 // durationSamples are values a user may type; each one the configuration
@@ -522,7 +507,7 @@ func checkParameterPatterns(tpl *template) []string {
 				continue
 			}
 			for _, sample := range durationSamples {
-				if load(shortName(fn), map[string]string{name: sample}) == nil && !re.MatchString(sample) {
+				if _, err := load(shortName(fn), map[string]string{name: sample}); err == nil && !re.MatchString(sample) {
 					problems = append(problems, fmt.Sprintf("%s: AllowedPattern refuses %q, which %s accepts", param, sample, name))
 				}
 			}
