@@ -3,11 +3,11 @@ package local
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/shared/migrate"
+	"github.com/outboxkeeper/outboxkeeper/shared/pg"
 )
 
 // PrepareDatabase makes database `name` on the server of adminURL and
@@ -16,7 +16,7 @@ import (
 // starts from sequence 1; otherwise an existing database is kept and the
 // migrations are a no-op when already applied.
 func PrepareDatabase(ctx context.Context, adminURL, name, schema string, fresh bool) (string, error) {
-	dbURL, err := WithDatabase(adminURL, name)
+	dbURL, err := pg.URLForDatabase(adminURL, name)
 	if err != nil {
 		return "", err
 	}
@@ -26,13 +26,12 @@ func PrepareDatabase(ctx context.Context, adminURL, name, schema string, fresh b
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
 	ident := pgx.Identifier{name}.Sanitize()
+	exists := false
 	if fresh {
 		if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+ident+` WITH (FORCE)`); err != nil {
 			return "", fmt.Errorf("drop database %s: %w", name, err)
 		}
-	}
-	var exists bool
-	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+	} else if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
 		return "", fmt.Errorf("look up database %s: %w", name, err)
 	}
 	if !exists {
@@ -49,14 +48,4 @@ func PrepareDatabase(ctx context.Context, adminURL, name, schema string, fresh b
 		return "", err
 	}
 	return dbURL, nil
-}
-
-// WithDatabase returns the postgres:// URL adminURL pointing at database name.
-func WithDatabase(adminURL, name string) (string, error) {
-	u, err := url.Parse(adminURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("DATABASE_URL must be a postgres:// URL")
-	}
-	u.Path = "/" + name
-	return u.String(), nil
 }

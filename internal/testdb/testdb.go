@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/migrate"
+	"github.com/outboxkeeper/outboxkeeper/shared/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
@@ -61,7 +61,7 @@ func New(t testing.TB) *DB {
 	}); err != nil {
 		t.Fatalf("testdb: create %s: %v", name, err)
 	}
-	dbURL, err := withDatabase(adminURL, name)
+	dbURL, err := pg.URLForDatabase(adminURL, name)
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
@@ -127,7 +127,7 @@ func ensureTemplate(ctx context.Context, adminURL string) (string, error) {
 		if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{building}.Sanitize()); err != nil {
 			return err
 		}
-		buildURL, err := withDatabase(adminURL, building)
+		buildURL, err := pg.URLForDatabase(adminURL, building)
 		if err != nil {
 			return err
 		}
@@ -172,16 +172,6 @@ func withAdmin(ctx context.Context, adminURL string, fn func(*pgx.Conn) error) e
 	}
 	defer conn.Close(context.Background())
 	return fn(conn)
-}
-
-// withDatabase returns adminURL pointing at another database.
-func withDatabase(adminURL, name string) (string, error) {
-	u, err := url.Parse(adminURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("DATABASE_URL must be a postgres:// URL for tests")
-	}
-	u.Path = "/" + name
-	return u.String(), nil
 }
 
 func randomHex(n int) string {

@@ -1,0 +1,18 @@
+package pg
+
+import (
+	"fmt"
+	"net/url"
+)
+
+// URLForDatabase returns the postgres:// URL serverURL pointing at database
+// name on the same server, with the same user and options: how the local
+// driver and the test harness reach the databases they create.
+func URLForDatabase(serverURL, name string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("DATABASE_URL must be a postgres:// URL")
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
