@@ -484,7 +484,7 @@ func (s *Service) retry(ctx context.Context, end time.Time, res *Result, fn func
 		if err == nil {
 			return nil
 		}
-		if !Transient(err) || attempt > s.cfg.RetryAttempts || !s.now().Add(s.cfg.RetryInterval).Before(end) {
+		if !store.Transient(err) || attempt > s.cfg.RetryAttempts || !s.now().Add(s.cfg.RetryInterval).Before(end) {
 			return err
 		}
 		res.Retries++

@@ -1,4 +1,4 @@
-package compensate
+package store
 
 import (
 	"context"
