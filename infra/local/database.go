@@ -6,8 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/dburl"
 	"github.com/outboxkeeper/outboxkeeper/shared/migrate"
-	"github.com/outboxkeeper/outboxkeeper/shared/pg"
 )
 
 // PrepareDatabase makes database `name` on the server of adminURL and
@@ -16,7 +16,7 @@ import (
 // starts from sequence 1; otherwise an existing database is kept and the
 // migrations are a no-op when already applied.
 func PrepareDatabase(ctx context.Context, adminURL, name, schema string, fresh bool) (string, error) {
-	dbURL, err := pg.URLForDatabase(adminURL, name)
+	dbURL, err := dburl.ForDatabase(adminURL, name)
 	if err != nil {
 		return "", err
 	}

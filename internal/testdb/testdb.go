@@ -19,15 +19,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/dburl"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/migrate"
-	"github.com/outboxkeeper/outboxkeeper/shared/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 // Schema is the outbox schema of every test database.
-const Schema = config.DefaultSchema
+const Schema = store.DefaultSchema
 
 // DB is one test's database.
 type DB struct {
@@ -61,7 +60,7 @@ func New(t testing.TB) *DB {
 	}); err != nil {
 		t.Fatalf("testdb: create %s: %v", name, err)
 	}
-	dbURL, err := pg.URLForDatabase(adminURL, name)
+	dbURL, err := dburl.ForDatabase(adminURL, name)
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
@@ -127,7 +126,7 @@ func ensureTemplate(ctx context.Context, adminURL string) (string, error) {
 		if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{building}.Sanitize()); err != nil {
 			return err
 		}
-		buildURL, err := pg.URLForDatabase(adminURL, building)
+		buildURL, err := dburl.ForDatabase(adminURL, building)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 // Migration is one embedded file.
@@ -30,7 +30,7 @@ type Result struct {
 
 // Load returns the migrations rendered for schema, in the order they apply.
 func Load(schema string) ([]Migration, error) {
-	if err := config.ValidSchema(schema); err != nil {
+	if err := store.ValidSchema(schema); err != nil {
 		return nil, fmt.Errorf("migrate: schema %q: %w", schema, err)
 	}
 	names, err := fs.Glob(migrations.Files, "*.sql")

@@ -6,12 +6,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
 // Querier is what a statement needs: a pool, a connection or a transaction.
@@ -21,12 +22,31 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// DefaultSchema is the outbox schema when OUTBOX_SCHEMA is not set.
+const DefaultSchema = "outbox"
+
 // Schema is a validated outbox schema name.
 type Schema struct{ name string }
 
-// ParseSchema validates name as a plain identifier (DESIGN §2).
+// identifier is a plain, unquoted-safe PostgreSQL identifier. Anything else
+// is refused rather than escaped: a schema name is configuration, not data.
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ValidSchema reports why name cannot be an outbox schema, or nil.
+func ValidSchema(name string) error {
+	if !identifier.MatchString(name) {
+		return errors.New("must be a plain lower-case identifier: a letter or _, then letters, digits or _, at most 63 bytes")
+	}
+	if strings.HasPrefix(name, "pg_") {
+		return errors.New("names starting with pg_ are reserved by PostgreSQL")
+	}
+	return nil
+}
+
+// ParseSchema validates name as a plain identifier. It is always quoted
+// where it reaches SQL all the same.
 func ParseSchema(name string) (Schema, error) {
-	if err := config.ValidSchema(name); err != nil {
+	if err := ValidSchema(name); err != nil {
 		return Schema{}, fmt.Errorf("schema %q: %w", name, err)
 	}
 	return Schema{name: name}, nil
