@@ -1,6 +1,7 @@
-// Command fill is the fill Lambda function (DESIGN §4): on a schedule, one
-// bounded pass that proves and fills abandoned sequence gaps. Wiring only;
-// the logic is shared/fill.
+// Command fill is the fill Lambda function: on a schedule, one pass that
+// proves and fills abandoned sequence gaps, then watches for new ones until
+// its budget ends or the next invocation takes over. Wiring only; the
+// logic is shared/fill.
 package main
 
 import (
@@ -13,7 +14,6 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/logging"
 	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
 	"github.com/outboxkeeper/outboxkeeper/shared/pg"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 func main() {
@@ -29,15 +29,11 @@ func main() {
 	if err != nil {
 		logging.InitFailed(logger, "fill", "load fill configuration", err)
 	}
-	schema, err := store.ParseSchema(dbConfig.Schema)
-	if err != nil {
-		logging.InitFailed(logger, "fill", "schema", err)
-	}
 	pool, err := pg.NewPool(ctx, dbConfig, pg.Options{ApplicationName: "outboxkeeper-fill"})
 	if err != nil {
 		logging.InitFailed(logger, "fill", "open database pool", err)
 	}
-	svc, err := fill.New(pool, schema, fillConfig, fill.Options{Logger: logger, Metrics: metrics.New("fill")})
+	svc, err := fill.New(pool, fillConfig, fill.Options{Logger: logger, Metrics: metrics.New("fill")})
 	if err != nil {
 		logging.InitFailed(logger, "fill", "build fill service", err)
 	}

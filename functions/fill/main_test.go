@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +12,9 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 )
 
-// Issue 3, test 13: the real bootstrap under aws-lambda-rie fills a real
-// gap when invoked as EventBridge invokes it, and answers the §4 JSON.
+// The real bootstrap under aws-lambda-rie fills a real gap when invoked as
+// EventBridge invokes it, and answers the documented JSON. A bounded pass
+// (FILL_WATCH=false), so each invocation ends when caught up.
 func TestEndToEndUnderRIE(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -45,6 +47,7 @@ func TestEndToEndUnderRIE(t *testing.T) {
 		"DATABASE_URL":     db.URL,
 		"FILL_GRACE":       "300ms",
 		"FILL_PASS_BUDGET": "5s",
+		"FILL_WATCH":       "false",
 	})
 
 	invoke := func(payload string) map[string]any {
@@ -58,7 +61,7 @@ func TestEndToEndUnderRIE(t *testing.T) {
 		if err := json.Unmarshal(out, &res); err != nil {
 			t.Fatalf("response is not JSON: %s", out)
 		}
-		for _, k := range []string{"watermark", "head", "filled", "stalled_at", "waiting", "blocked_by", "statements", "duration_ms"} {
+		for _, k := range []string{"watermark", "head", "filled", "stalled_at", "waiting", "blocked_by", "cycles", "statements", "duration_ms"} {
 			if _, ok := res[k]; !ok {
 				t.Fatalf("response lacks %q: %s", k, out)
 			}
@@ -137,5 +140,145 @@ func TestBadConfigFailsInit(t *testing.T) {
 	}
 	if logs := fn.AwaitLogs(func(l string) bool { return strings.Contains(l, "FILL_BATCH_LIMIT") }); !strings.Contains(logs, "FILL_BATCH_LIMIT") {
 		t.Fatalf("the init error does not name the variable:\n%s", logs)
+	}
+}
+
+// A statement blocked on a lock another session holds ends the pass on
+// its budget: with a 4 s Lambda timeout the invocation still answers, logs
+// its line and emits its metrics, instead of "Task timed out".
+func TestBlockedStatementAnswersBeforeTheLambdaDeadline(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	locker := db.Connect(t)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT * FROM outbox.fill_state FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	fn := lambdatest.Start(t, lambdatest.Build(t, "fill"), map[string]string{
+		"DATABASE_URL":                db.URL,
+		"AWS_LAMBDA_FUNCTION_TIMEOUT": "4",
+	})
+	start := time.Now()
+	out, err := fn.Invoke(ctx, []byte(`{"source":"outboxkeeper.schedule"}`))
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("invoke: %v\n%s", err, out)
+	}
+	var res map[string]any
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("response is not JSON: %s", out)
+	}
+	if res["waiting"] != "budget" {
+		t.Errorf("waiting = %v, want budget", res["waiting"])
+	}
+	if timedOut, _ := res["timed_out"].(string); !strings.Contains(timedOut, "statement timeout") {
+		t.Errorf("timed_out = %q, want the lease statement the budget ended", timedOut)
+	}
+	if took >= 4*time.Second {
+		t.Errorf("answered after %s, want before the 4 s deadline", took)
+	}
+	logs := fn.AwaitLogs(func(l string) bool {
+		return strings.Contains(l, `"PassDurationMs"`) && strings.Contains(l, `"timed_out"`)
+	})
+	if !strings.Contains(logs, `"timed_out"`) {
+		t.Errorf("no pass log line naming the timed-out statement:\n%s", logs)
+	}
+	if !strings.Contains(logs, `"PassDurationMs"`) {
+		t.Errorf("no metrics line:\n%s", logs)
+	}
+	if strings.Contains(logs, "Task timed out") {
+		t.Errorf("the invocation was killed by its timeout:\n%s", logs)
+	}
+}
+
+// Two consecutive scheduled invocations in two execution environments,
+// with the default grace and tick: the second is handed the lease by the
+// first, and gaps made across the hand-over are filled within grace +
+// tick + 1 s.
+func TestConsecutiveInvocationsHandOverUnderRIE(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DATABASE_URL": db.URL, "FILL_PASS_BUDGET": "6s"}
+	bin := lambdatest.Build(t, "fill")
+	first, second := lambdatest.Start(t, bin, env), lambdatest.Start(t, bin, env)
+	invoke := func(fn *lambdatest.Function) <-chan map[string]any {
+		done := make(chan map[string]any, 1)
+		go func() {
+			out, err := fn.Invoke(ctx, []byte(`{"source":"outboxkeeper.schedule"}`))
+			var res map[string]any
+			if err != nil || json.Unmarshal(out, &res) != nil {
+				res = map[string]any{"invoke_error": fmt.Sprint(err, string(out))}
+			}
+			done <- res
+		}()
+		return done
+	}
+	burn := func() (int64, time.Time) {
+		t.Helper()
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq int64
+		if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}')`).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var at time.Time
+		if err := db.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return seq, at
+	}
+
+	a := invoke(first)
+	time.Sleep(2 * time.Second) // the first one watches a caught-up table
+	gaps := map[int64]time.Time{}
+	seq, at := burn()
+	gaps[seq] = at
+	b := invoke(second) // the schedule's next invocation
+	for range 10 {      // gaps every 200 ms across the hand-over
+		time.Sleep(200 * time.Millisecond)
+		seq, at := burn()
+		gaps[seq] = at
+	}
+	ra, rb := <-a, <-b
+	if ra["handed_over"] != true {
+		t.Errorf("first invocation: handed_over = %v, want true: %v", ra["handed_over"], ra)
+	}
+	if rb["invoke_error"] != nil || rb["error"] != nil {
+		t.Errorf("second invocation failed: %v", rb)
+	}
+	bound := 2*time.Second + 500*time.Millisecond + time.Second // grace + tick + 1 s
+	for seq, at := range gaps {
+		var recorded time.Time
+		var by *string
+		if err := db.Pool.QueryRow(ctx, `SELECT recorded_at, filled_by FROM outbox.events WHERE sequence = $1`, seq).Scan(&recorded, &by); err != nil {
+			t.Errorf("gap %d: %v", seq, err)
+			continue
+		}
+		if by == nil || *by != "fill" {
+			t.Errorf("gap %d: filled_by %v, want fill", seq, by)
+		}
+		if d := recorded.Sub(at); d > bound {
+			t.Errorf("gap %d filled %s after its rollback, want within %s", seq, d, bound)
+		}
 	}
 }

@@ -13,7 +13,6 @@
 package lambdatest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local/rie"
+	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 )
 
@@ -88,7 +88,7 @@ func goBuild(rel string) (string, error) {
 // serializes); start several for concurrency.
 type Function struct {
 	*rie.Function
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 }
 
 // Start runs bootstrap under aws-lambda-rie on free loopback ports and stops
@@ -112,7 +112,7 @@ func Start(t testing.TB, bootstrap string, env map[string]string) *Function {
 	if err := rie.Check(bin); err != nil {
 		testenv.Missing(t, err.Error())
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	// context.Background: the start is bounded by rie's own 10s wait, and
 	// the function must outlive any context of the test's making.
 	f, err := rie.Start(context.Background(), rie.Spec{RIE: bin, Bootstrap: bootstrap, Env: stackEnv(env), Output: logs})
@@ -191,22 +191,4 @@ func JSONLines(logs string) []map[string]any {
 		}
 	}
 	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for the exec pipe goroutine and readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

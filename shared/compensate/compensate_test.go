@@ -26,6 +26,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
@@ -371,8 +372,8 @@ func TestAbortedWriterFilledAtOnce(t *testing.T) {
 	f.requirePlaceholders(lost)
 	// Faster than any grace: the consumer can read past the gap as soon as
 	// one batch was handled, well inside the fill function's default grace.
-	if elapsed >= config.DefaultFillGrace {
-		t.Fatalf("handling took %s, not faster than the fill grace %s", elapsed, config.DefaultFillGrace)
+	if elapsed >= fill.DefaultGrace {
+		t.Fatalf("handling took %s, not faster than the fill grace %s", elapsed, fill.DefaultGrace)
 	}
 	evs, err := f.outbox().ReadContiguous(context.Background(), 0, 100)
 	if err != nil {

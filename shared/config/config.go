@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/outboxkeeper/outboxkeeper/shared/fill"
+	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 // Lookup reads one variable; os.LookupEnv in production, a map in tests.
@@ -53,23 +56,6 @@ type Database struct {
 	Schema string
 }
 
-// Fill tunes the fill pass (DESIGN §4).
-type Fill struct {
-	// Grace is how long a stall must last before its gap may be filled
-	// (FILL_GRACE, default 2s): most stalls are a writer that commits a
-	// moment late, and those must cost no writes.
-	Grace time.Duration
-	// BatchLimit caps the placeholders one insert statement writes
-	// (FILL_BATCH_LIMIT, default 1000), keeping each statement short.
-	BatchLimit int
-	// PageSize is how many rows one page read returns, and so the width of
-	// an episode's window (FILL_PAGE_SIZE, default 1000).
-	PageSize int
-	// PassBudget bounds one pass (FILL_PASS_BUDGET, default 20s); the
-	// Lambda deadline minus 2s bounds it further.
-	PassBudget time.Duration
-}
-
 // Sweep tunes the sweep pass (DESIGN §6).
 type Sweep struct {
 	// StuckAfter is how long a delivery may stay delivered-but-unacked,
@@ -110,12 +96,7 @@ type Compensate struct {
 
 // Defaults, as in DESIGN §7.
 const (
-	DefaultSchema = "outbox"
-
-	DefaultFillGrace      = 2 * time.Second
-	DefaultFillBatchLimit = 1000
-	DefaultFillPageSize   = 1000
-	DefaultFillPassBudget = 20 * time.Second
+	DefaultSchema = store.DefaultSchema
 
 	DefaultSweepStuckAfter      = 60 * time.Second
 	DefaultSweepBatchLimit      = 1000
@@ -149,6 +130,8 @@ func Variables() []Variable {
 		{"FILL_BATCH_LIMIT", []string{"fill"}},
 		{"FILL_PAGE_SIZE", []string{"fill"}},
 		{"FILL_PASS_BUDGET", []string{"fill"}},
+		{"FILL_WATCH", []string{"fill"}},
+		{"FILL_TICK", []string{"fill"}},
 		{"SWEEP_STUCK_AFTER", []string{"sweep"}},
 		{"SWEEP_BATCH_LIMIT", []string{"sweep"}},
 		{"SWEEP_MAX_REDELIVERIES", []string{"sweep"}},
@@ -162,20 +145,8 @@ func Variables() []Variable {
 	}
 }
 
-// identifier is a plain, unquoted-safe PostgreSQL identifier. Anything else
-// is refused rather than escaped: a schema name is configuration, not data.
-var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
 // ValidSchema reports why name cannot be an outbox schema, or nil.
-func ValidSchema(name string) error {
-	if !identifier.MatchString(name) {
-		return errors.New("must be a plain lower-case identifier: a letter or _, then letters, digits or _, at most 63 bytes")
-	}
-	if strings.HasPrefix(name, "pg_") {
-		return errors.New("names starting with pg_ are reserved by PostgreSQL")
-	}
-	return nil
-}
+func ValidSchema(name string) error { return store.ValidSchema(name) }
 
 // LoadDatabase reads DATABASE_URL, DATABASE_SECRET_ARN, DATABASE_IAM_AUTH and
 // OUTBOX_SCHEMA. Exactly one of the URL or the secret must be given.
@@ -201,16 +172,33 @@ func LoadDatabase(env Lookup) (Database, error) {
 	return db, r.err
 }
 
-// LoadFill reads the FILL_* variables.
-func LoadFill(env Lookup) (Fill, error) {
+// fillVariables names the variable each fill.Config field comes from.
+var fillVariables = map[string]string{
+	"Schema": "OUTBOX_SCHEMA", "Grace": "FILL_GRACE", "BatchLimit": "FILL_BATCH_LIMIT",
+	"PageSize": "FILL_PAGE_SIZE", "PassBudget": "FILL_PASS_BUDGET", "Bounded": "FILL_WATCH", "Tick": "FILL_TICK",
+}
+
+// LoadFill reads OUTBOX_SCHEMA and the FILL_* variables into a fill.Config
+// with its defaults applied. It only parses; fill.Config.Validate decides
+// what is acceptable, and its complaint is returned naming the variable.
+func LoadFill(env Lookup) (fill.Config, error) {
 	r := reader{env: env}
-	c := Fill{
-		Grace:      r.duration("FILL_GRACE", DefaultFillGrace, 0),
-		BatchLimit: r.integer("FILL_BATCH_LIMIT", DefaultFillBatchLimit, 1, 100000),
-		PageSize:   r.integer("FILL_PAGE_SIZE", DefaultFillPageSize, 1, 100000),
-		PassBudget: r.duration("FILL_PASS_BUDGET", DefaultFillPassBudget, time.Second),
+	c := fill.Config{
+		Schema:     r.str("OUTBOX_SCHEMA"),
+		Grace:      r.parseDuration("FILL_GRACE"),
+		BatchLimit: r.parseInt("FILL_BATCH_LIMIT"),
+		PageSize:   r.parseInt("FILL_PAGE_SIZE"),
+		PassBudget: r.parseDuration("FILL_PASS_BUDGET"),
+		Bounded:    !r.boolean("FILL_WATCH", true),
+		Tick:       r.parseDuration("FILL_TICK"),
 	}
-	return c, r.err
+	if r.err != nil {
+		return fill.Config{}, r.err
+	}
+	if err := c.Validate(); err != nil {
+		return fill.Config{}, r.explain(err, fillVariables)
+	}
+	return c.WithDefaults(), nil
 }
 
 // LoadSweep reads the SWEEP_* variables.
@@ -304,6 +292,65 @@ func (r *reader) integer(name string, def, min, max int) int {
 		r.fail(name, v, fmt.Sprintf("must be between %d and %d", min, max))
 	}
 	return n
+}
+
+// A pass's Config reads a zero field as "the default", so a variable set
+// to zero explicitly is handed over as -1: the pass takes that for "none"
+// where none is allowed (FILL_GRACE=0s is fill.NoGrace) and refuses it
+// elsewhere, and explain quotes the variable as it was set.
+const explicitZero = -1
+
+// parseInt parses a whole number; unset is 0, the pass's default.
+func (r *reader) parseInt(name string) int {
+	v := r.str(name)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	switch {
+	case err != nil:
+		r.fail(name, v, "must be a whole number")
+	case n == 0:
+		return explicitZero
+	}
+	return n
+}
+
+// parseDuration parses a non-negative Go duration ("2s", "500ms"); unset
+// is 0, the pass's default.
+func (r *reader) parseDuration(name string) time.Duration {
+	v := r.str(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		r.fail(name, v, `must be a Go duration such as "2s" or "500ms"`)
+	case d < 0:
+		r.fail(name, v, "must not be negative")
+	case d == 0:
+		return explicitZero
+	}
+	return d
+}
+
+// explain turns a pass's *setting.Error into an *Error naming the
+// variable the field came from, with the value as it was set.
+func (r *reader) explain(err error, variables map[string]string) error {
+	var se *setting.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	name, ok := variables[se.Field]
+	if !ok {
+		return err
+	}
+	value := r.str(name)
+	if value == "" {
+		value = fmt.Sprint(se.Value)
+	}
+	return &Error{Variable: name, Value: value, Reason: se.Reason}
 }
 
 // duration parses Go syntax ("2s", "500ms"); limits[0] is the minimum and

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
 )
 
 const testURL = "postgres://u@127.0.0.1:5432/db"
@@ -22,7 +24,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fill != (Fill{Grace: 2 * time.Second, BatchLimit: 1000, PageSize: 1000, PassBudget: 20 * time.Second}) {
+	if fill != (fillpkg.Config{Schema: "outbox", Grace: 2 * time.Second, BatchLimit: 1000, PageSize: 1000, PassBudget: 20 * time.Second, Tick: 500 * time.Millisecond}) {
 		t.Fatalf("fill = %+v", fill)
 	}
 	sweep, err := LoadSweep(env)
@@ -47,7 +49,7 @@ func TestLoadDefaults(t *testing.T) {
 func TestEveryVariable(t *testing.T) {
 	type loaded struct {
 		db   Database
-		fill Fill
+		fill fillpkg.Config
 		sw   Sweep
 		comp Compensate
 	}
@@ -80,6 +82,8 @@ func TestEveryVariable(t *testing.T) {
 		{"FILL_BATCH_LIMIT", "2", func(l loaded) bool { return l.fill.BatchLimit == 2 }, []string{"0", "x", "1.5"}},
 		{"FILL_PAGE_SIZE", "50", func(l loaded) bool { return l.fill.PageSize == 50 }, []string{"-3", "lots"}},
 		{"FILL_PASS_BUDGET", "5s", func(l loaded) bool { return l.fill.PassBudget == 5*time.Second }, []string{"10ms", "5"}},
+		{"FILL_WATCH", "false", func(l loaded) bool { return l.fill.Bounded }, []string{"maybe"}},
+		{"FILL_TICK", "250ms", func(l loaded) bool { return l.fill.Tick == 250*time.Millisecond }, []string{"5ms", "2m", "often"}},
 		{"SWEEP_STUCK_AFTER", "90s", func(l loaded) bool { return l.sw.StuckAfter == 90*time.Second }, []string{"0s", "1m30"}},
 		{"SWEEP_BATCH_LIMIT", "100", func(l loaded) bool { return l.sw.BatchLimit == 100 }, []string{"0"}},
 		{"SWEEP_MAX_REDELIVERIES", "0", func(l loaded) bool { return l.sw.MaxRedeliveries == 0 }, []string{"-1", "many"}},
@@ -135,6 +139,17 @@ func TestEveryVariable(t *testing.T) {
 	}
 	for name := range listed {
 		t.Errorf("Variables() lists %s but no case tests it", name)
+	}
+}
+
+// FILL_GRACE=0s means no grace at all, where an unset one means the default.
+func TestFillGraceZeroMeansNone(t *testing.T) {
+	c, err := LoadFill(FromMap(map[string]string{"FILL_GRACE": "0s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Grace != fillpkg.NoGrace {
+		t.Errorf("Grace = %s, want NoGrace", c.Grace)
 	}
 }
 

@@ -3,8 +3,8 @@ package fill
 import "time"
 
 // The decisions of a pass, as pure functions of what it read and the time:
-// unit tested without a database (decide_test.go). The pass in fill.go only
-// reads, calls these, and writes.
+// unit tested without a database (decide_test.go). The pass in pass.go
+// only reads, calls these, and writes.
 
 // initialWatermark anchors the first run. Sequences start at 1, so an
 // outbox whose first present row (head+1 for an empty table) lies within one
@@ -42,107 +42,160 @@ func advance(w int64, page []int64) (int64, []int64) {
 	return w, page[i:]
 }
 
-// stalled says whether W+1 is allocated but missing: a present row above it
-// proves it was handed out, and so does a head above W.
-func stalled(w, head int64, rest []int64) bool {
-	return len(rest) > 0 || w < head
-}
-
-// historical says the stall at w is a gap that was already there when the
-// fill first ran: allocated at or below the head read by the first run, so
-// a marker taken any time later post-dates its writer. No grace.
-func historical(st State, w int64) bool {
-	return st.Started && w+1 <= st.HistoricalHead
-}
-
-// windowEnd is the last sequence an episode may fill: (from, min(marker
-// head, from + page)]. One page read's reach bounds it (not the batch limit:
-// a window wider than one insert is what lets several batches share one
-// grace); the marker head bounds it because the proof says nothing about
-// sequences allocated after the head was read. Before the marker exists the
-// page bound alone applies: the marker, once taken, post-dates the stall.
-func (ep Episode) windowEnd(pageSize int) int64 {
-	end := ep.From + int64(pageSize)
-	if ep.Marker != nil && ep.MarkerHead < end {
-		end = ep.MarkerHead
-	}
-	return end
-}
-
-// decideEpisode keeps the current episode when the stall at w lies inside
-// its window (w < window end): that is the episode's own progress, and it
-// keeps its marker and its original grace, so grace is paid once per
-// episode, not per batch. A stall at or beyond the window end — in
-// particular one allocated after the marker was taken, which its stale
-// head can never cover — starts a new episode with a fresh grace and, later,
-// a fresh marker; keeping the old one would strand the watermark.
-func decideEpisode(cur *Episode, w int64, now time.Time, pageSize int) (ep Episode, fresh bool) {
-	if cur != nil && w >= cur.From && w < cur.windowEnd(pageSize) {
-		return *cur, false
-	}
-	// At timestamptz precision, so the episode reads back as it was kept.
-	return Episode{From: w, FirstSeenAt: now.Round(0).Truncate(time.Microsecond)}, true
-}
-
-// graceStep is what the pass does about an episode's grace.
-type graceStep int
-
-const (
-	graceOver  graceStep = iota // due: take the marker, prove, fill
-	graceWait                   // not due, but due within the budget: wait here, re-reading
-	graceLater                  // not due within the budget: end the pass, a later one fills
-)
-
-// decideGrace: nothing is written before firstSeen + grace (most stalls are
-// a writer committing a moment late, and those must cost no writes). A
-// grace that ends inside the budget is waited out in the pass, so one
-// invocation usually resolves a stall instead of leaving it a minute to the
-// next schedule.
-func decideGrace(ep Episode, grace time.Duration, now, deadline time.Time) graceStep {
-	due := ep.FirstSeenAt.Add(grace)
-	switch {
-	case !now.Before(due):
-		return graceOver
-	case due.Before(deadline):
-		return graceWait
-	default:
-		return graceLater
-	}
-}
-
-// missingIn lists the sequences of (w, end] absent from present (ascending
-// sequences after w, as returned by a page read starting at w).
-func missingIn(w, end int64, present []int64) []int64 {
-	var out []int64
-	i := 0
-	for s := w + 1; s <= end; s++ {
-		for i < len(present) && present[i] < s {
-			i++
+// decideCycle keeps the current cycle or starts a new one for the stall at
+// w (w+1 is allocated but missing).
+//
+//   - A cycle with a marker owns (From, MarkerHead]: every sequence in it
+//     is covered by the one proof, so the cycle lasts until the watermark
+//     reaches its marker head, across pages, batches and passes. That is
+//     what makes grace and proof a cost per cycle, not per page.
+//   - A cycle still in its grace is about one stall: if the watermark moved
+//     past it (the late writer committed, the common case), the stall it
+//     stopped at now is a new one, with a grace of its own.
+//   - A stall at or below the head the first run saw is historical: its
+//     writer was there before the fill, so there is nothing to wait out.
+//
+// A new cycle's stall is dated since (see headLog), at timestamptz
+// precision so that it reads back as it was kept.
+func decideCycle(cur *Cycle, w, historicalHead int64, since time.Time) (c Cycle, fresh bool) {
+	if cur != nil {
+		if cur.Marker != nil && w < cur.MarkerHead {
+			return *cur, false
 		}
-		if i < len(present) && present[i] == s {
+		if cur.Marker == nil && w == cur.From {
+			return *cur, false
+		}
+	}
+	return Cycle{
+		From:        w,
+		FirstSeenAt: since.Round(0).Truncate(time.Microsecond),
+		Historical:  w+1 <= historicalHead,
+	}, true
+}
+
+// headLog remembers, for the last little while, when the pass saw the
+// allocation head reach each value. A sequence that is missing now has been
+// missing since it was allocated, so a stall at s has lasted at least since
+// the head was first seen at or above s. That matters after a cycle whose
+// proof was held back: the stalls it hid have lasted all that time, and
+// waiting a fresh grace for them would only add latency.
+type headLog struct {
+	at   []time.Time
+	head []int64
+}
+
+// add records a head read at now, and forgets what is older than keep but
+// the last such entry, which still dates anything at or below its head.
+func (l *headLog) add(now time.Time, head int64, keep time.Duration) {
+	if n := len(l.head); n == 0 || head > l.head[n-1] {
+		l.at, l.head = append(l.at, now), append(l.head, head)
+	}
+	cut := 0
+	for cut+1 < len(l.at) && now.Sub(l.at[cut+1]) > keep {
+		cut++
+	}
+	l.at, l.head = l.at[cut:], l.head[cut:]
+}
+
+// since is the earliest time the log saw the head at or above seq, now if
+// it never did.
+func (l *headLog) since(seq int64, now time.Time) time.Time {
+	for i, h := range l.head {
+		if h >= seq {
+			return l.at[i]
+		}
+	}
+	return now
+}
+
+// graceDue is when the cycle may take its marker: nothing is written before
+// its stall has lasted the grace (most stalls are a writer committing a
+// moment late, and those must cost no writes). A historical cycle is due
+// at once.
+func graceDue(c Cycle, grace time.Duration) time.Time {
+	if c.Historical || grace <= 0 {
+		return c.FirstSeenAt
+	}
+	return c.FirstSeenAt.Add(grace)
+}
+
+// markerHead is the head a new marker pairs with: the first run's head for
+// a historical cycle (read in an earlier statement, so strictly before the
+// marker, §3.2), the head read just now otherwise. Never above the current
+// head: a state restored from elsewhere must not make the fill write above
+// the allocation head (§3.5).
+func markerHead(c Cycle, historicalHead, head int64) int64 {
+	if c.Historical {
+		return min(historicalHead, head)
+	}
+	return head
+}
+
+// gapCursor walks the missing sequences of (pos, top] from pages of present
+// rows, in index order, a batch at a time: a gap of any size costs memory
+// for one batch, and a page read serves every batch cut from it.
+type gapCursor struct {
+	// pos: every sequence at or below it has been looked at.
+	pos int64
+	top int64
+	// page holds the present rows after pos from the last page read;
+	// pageEnd is how far that read speaks for: its last row when the page
+	// was full (more rows may follow), top when it was not.
+	page    []int64
+	pageEnd int64
+}
+
+func newGapCursor(from, top int64) *gapCursor {
+	return &gapCursor{pos: from, top: top, pageEnd: from}
+}
+
+// done says every sequence up to top has been looked at.
+func (g *gapCursor) done() bool { return g.pos >= g.top }
+
+// needPage says the next missing sequences lie beyond the last page read.
+func (g *gapCursor) needPage() bool { return !g.done() && g.pos >= g.pageEnd }
+
+// feed takes a page read (present rows after pos, at most pageSize).
+func (g *gapCursor) feed(rows []int64, pageSize int) {
+	g.page = rows
+	g.pageEnd = g.top
+	if n := len(rows); n == pageSize && rows[n-1] < g.top {
+		g.pageEnd = rows[n-1]
+	}
+}
+
+// next returns up to limit missing sequences after pos, ascending, and
+// moves pos past them and past the present rows in between. It stops at
+// the end of what the last page speaks for.
+func (g *gapCursor) next(limit int) []int64 {
+	var out []int64
+	for g.pos < g.pageEnd && len(out) < limit {
+		s := g.pos + 1
+		for len(g.page) > 0 && g.page[0] < s {
+			g.page = g.page[1:]
+		}
+		if len(g.page) > 0 && g.page[0] == s {
+			g.pos = s
 			continue
 		}
-		out = append(out, s)
-	}
-	return out
-}
-
-// batches splits seqs into inserts of at most limit sequences: each
-// statement stays short, and the pass runs as many as its budget allows.
-func batches(seqs []int64, limit int) [][]int64 {
-	var out [][]int64
-	for len(seqs) > 0 {
-		n := min(limit, len(seqs))
-		out = append(out, seqs[:n])
-		seqs = seqs[n:]
+		// A run of missing sequences up to the next present row.
+		runEnd := g.pageEnd
+		if len(g.page) > 0 {
+			runEnd = min(runEnd, g.page[0]-1)
+		}
+		n := min(runEnd-s+1, int64(limit-len(out)))
+		for i := range n {
+			out = append(out, s+i)
+		}
+		g.pos = s + n - 1
 	}
 	return out
 }
 
 // stallAge is how long the current stall has lasted, 0 without one.
-func stallAge(ep *Episode, now time.Time) time.Duration {
-	if ep == nil {
+func stallAge(c *Cycle, now time.Time) time.Duration {
+	if c == nil {
 		return 0
 	}
-	return max(now.Sub(ep.FirstSeenAt), 0)
+	return max(now.Sub(c.FirstSeenAt), 0)
 }

@@ -57,122 +57,208 @@ func TestAdvance(t *testing.T) {
 	}
 }
 
-func TestStalled(t *testing.T) {
-	t.Parallel()
-	if stalled(10, 10, nil) {
-		t.Error("caught up is not a stall")
-	}
-	if !stalled(10, 12, nil) {
-		t.Error("a burned tail (head above the last present row) is a stall")
-	}
-	if !stalled(10, 10, []int64{12}) {
-		t.Error("a present row above W+1 proves W+1 allocated")
-	}
-}
-
-func TestHistorical(t *testing.T) {
-	t.Parallel()
-	st := State{Started: true, HistoricalHead: 50}
-	if !historical(st, 49) {
-		t.Error("W+1 = 50 <= historical head is historical")
-	}
-	if historical(st, 50) {
-		t.Error("W+1 = 51 > historical head is not historical")
-	}
-}
-
-func TestWindowEnd(t *testing.T) {
-	t.Parallel()
-	ep := Episode{From: 100}
-	if got := ep.windowEnd(1000); got != 1100 {
-		t.Errorf("no marker: window end %d, want from+page 1100", got)
-	}
-	ep.Marker, ep.MarkerHead = u64(7), 150
-	if got := ep.windowEnd(1000); got != 150 {
-		t.Errorf("marker head 150: window end %d, want 150 (never past the head the proof covers)", got)
-	}
-	ep.MarkerHead = 5000
-	if got := ep.windowEnd(1000); got != 1100 {
-		t.Errorf("marker head 5000: window end %d, want 1100", got)
-	}
-}
-
-func TestDecideEpisode(t *testing.T) {
+func TestDecideCycleStartsOneForANewStall(t *testing.T) {
 	t.Parallel()
 	now := t0.Add(time.Minute)
-	if ep, fresh := decideEpisode(nil, 10, now, 1000); !fresh || ep.From != 10 || !ep.FirstSeenAt.Equal(now) {
-		t.Fatalf("no episode: got %+v fresh=%v", ep, fresh)
+	c, fresh := decideCycle(nil, 10, 0, now)
+	if !fresh {
+		t.Fatal("no cycle yet: want a fresh one")
 	}
-	cur := &Episode{From: 10, FirstSeenAt: t0, Marker: u64(99), MarkerHead: 20}
-	// Inside the window: the episode's own progress keeps grace and marker.
-	ep, fresh := decideEpisode(cur, 15, now, 1000)
-	if fresh || ep.From != 10 || !ep.FirstSeenAt.Equal(t0) || ep.Marker == nil || *ep.Marker != 99 {
-		t.Fatalf("stall inside window: got %+v fresh=%v, want the same episode", ep, fresh)
+	if c.From != 10 {
+		t.Errorf("From = %d, want the watermark 10", c.From)
 	}
-	// At the window end (the marker head): a sequence allocated after the
-	// marker; a fresh episode with no marker.
-	ep, fresh = decideEpisode(cur, 20, now, 1000)
-	if !fresh || ep.From != 20 || ep.Marker != nil || !ep.FirstSeenAt.Equal(now) {
-		t.Fatalf("stall at window end: got %+v fresh=%v, want a new episode", ep, fresh)
+	if !c.FirstSeenAt.Equal(now) {
+		t.Errorf("FirstSeenAt = %v, want now %v", c.FirstSeenAt, now)
 	}
-	// No marker yet: the page bound alone.
-	grace := &Episode{From: 10, FirstSeenAt: t0}
-	if _, fresh := decideEpisode(grace, 14, now, 5); fresh {
-		t.Error("no marker, stall at 14 < 10+5: keep")
-	}
-	if _, fresh := decideEpisode(grace, 15, now, 5); !fresh {
-		t.Error("no marker, stall at 15 = 10+5: new episode")
+	if c.Historical {
+		t.Error("a stall above the historical head 0 is not historical")
 	}
 }
 
-func TestDecideGrace(t *testing.T) {
+func TestDecideCycleKeepsAMarkedCycleUpToItsHead(t *testing.T) {
 	t.Parallel()
-	ep := Episode{From: 1, FirstSeenAt: t0}
-	grace := 2 * time.Second
-	if got := decideGrace(ep, grace, t0.Add(2*time.Second), t0.Add(3*time.Second)); got != graceOver {
-		t.Errorf("at due: %v, want over", got)
+	cur := &Cycle{From: 10, FirstSeenAt: t0, Marker: u64(99), MarkerHead: 20}
+	c, fresh := decideCycle(cur, 15, 0, t0.Add(time.Minute))
+	if fresh {
+		t.Fatal("stall at 15 below the marker head 20: want the same cycle")
 	}
-	if got := decideGrace(ep, grace, t0.Add(time.Second), t0.Add(10*time.Second)); got != graceWait {
-		t.Errorf("due inside budget: %v, want wait", got)
+	if c.Marker == nil || *c.Marker != 99 {
+		t.Errorf("marker = %v, want the cycle's 99 kept", c.Marker)
 	}
-	if got := decideGrace(ep, grace, t0.Add(time.Second), t0.Add(1500*time.Millisecond)); got != graceLater {
-		t.Errorf("due after deadline: %v, want later", got)
-	}
-	if got := decideGrace(ep, 0, t0, t0); got != graceOver {
-		t.Errorf("zero grace: %v, want over", got)
+	if !c.FirstSeenAt.Equal(t0) {
+		t.Errorf("FirstSeenAt = %v, want the cycle's %v (grace paid once)", c.FirstSeenAt, t0)
 	}
 }
 
-func TestMissingIn(t *testing.T) {
+func TestDecideCycleEndsAMarkedCycleAtItsHead(t *testing.T) {
 	t.Parallel()
-	if got := missingIn(10, 15, []int64{12, 14, 20}); !slices.Equal(got, []int64{11, 13, 15}) {
-		t.Errorf("got %v", got)
+	cur := &Cycle{From: 10, FirstSeenAt: t0, Marker: u64(99), MarkerHead: 20}
+	c, fresh := decideCycle(cur, 20, 0, t0.Add(time.Minute))
+	if !fresh {
+		t.Fatal("stall at the marker head 20 (allocated after the marker): want the next cycle")
 	}
-	if got := missingIn(10, 10, nil); len(got) != 0 {
-		t.Errorf("empty window: got %v", got)
-	}
-	if got := missingIn(10, 13, nil); !slices.Equal(got, []int64{11, 12, 13}) {
-		t.Errorf("burned tail: got %v", got)
+	if c.Marker != nil {
+		t.Errorf("the next cycle has marker %d, want none yet", *c.Marker)
 	}
 }
 
-func TestBatches(t *testing.T) {
+func TestDecideCycleRestartsTheGraceWhenTheStallMoved(t *testing.T) {
 	t.Parallel()
-	got := batches([]int64{1, 2, 3, 4, 5}, 2)
-	if len(got) != 3 || !slices.Equal(got[0], []int64{1, 2}) || !slices.Equal(got[2], []int64{5}) {
-		t.Errorf("got %v", got)
+	now := t0.Add(time.Minute)
+	cur := &Cycle{From: 10, FirstSeenAt: t0}
+	if _, fresh := decideCycle(cur, 10, 0, now); fresh {
+		t.Error("unmarked cycle, same stall: want the same cycle")
 	}
-	if len(batches(nil, 2)) != 0 {
-		t.Error("no sequences, no batches")
+	c, fresh := decideCycle(cur, 11, 0, now)
+	if !fresh {
+		t.Fatal("unmarked cycle, the stall moved on: want a new cycle")
+	}
+	if !c.FirstSeenAt.Equal(now) {
+		t.Errorf("FirstSeenAt = %v, want now (a grace of its own)", c.FirstSeenAt)
+	}
+}
+
+func TestDecideCycleMarksStallsAtOrBelowTheFirstHeadHistorical(t *testing.T) {
+	t.Parallel()
+	if c, _ := decideCycle(nil, 49, 50, t0); !c.Historical {
+		t.Error("W+1 = 50 <= historical head 50: want historical")
+	}
+	if c, _ := decideCycle(nil, 50, 50, t0); c.Historical {
+		t.Error("W+1 = 51 > historical head 50: want not historical")
+	}
+}
+
+func TestHeadLogDatesAStallFromWhenItsSequenceWasSeenAllocated(t *testing.T) {
+	t.Parallel()
+	var l headLog
+	keep := 2 * time.Second
+	l.add(t0, 10, keep)
+	l.add(t0.Add(time.Second), 20, keep)
+	l.add(t0.Add(2*time.Second), 20, keep) // no new head: nothing to date
+	l.add(t0.Add(3*time.Second), 30, keep)
+	now := t0.Add(3 * time.Second)
+	if got := l.since(15, now); !got.Equal(t0.Add(time.Second)) {
+		t.Errorf("since(15) = %v, want when the head first reached 20 (t0+1s)", got)
+	}
+	if got := l.since(25, now); !got.Equal(t0.Add(3 * time.Second)) {
+		t.Errorf("since(25) = %v, want t0+3s", got)
+	}
+	if got := l.since(31, now); !got.Equal(now) {
+		t.Errorf("since(31) = %v, want now (never seen allocated)", got)
+	}
+}
+
+func TestHeadLogForgetsButStillDatesOldSequences(t *testing.T) {
+	t.Parallel()
+	var l headLog
+	keep := time.Second
+	l.add(t0, 10, keep)
+	l.add(t0.Add(5*time.Second), 20, keep)
+	l.add(t0.Add(10*time.Second), 30, keep)
+	if n := len(l.head); n != 2 {
+		t.Errorf("kept %d entries, want the one before the window and the newest", n)
+	}
+	if got := l.since(15, t0.Add(10*time.Second)); !got.Equal(t0.Add(5 * time.Second)) {
+		t.Errorf("since(15) = %v, want the oldest kept entry, t0+5s", got)
+	}
+}
+
+func TestGraceDue(t *testing.T) {
+	t.Parallel()
+	c := Cycle{From: 1, FirstSeenAt: t0}
+	if got := graceDue(c, 2*time.Second); !got.Equal(t0.Add(2 * time.Second)) {
+		t.Errorf("grace 2s: due %v, want first seen + 2s", got)
+	}
+	if got := graceDue(c, NoGrace); !got.Equal(t0) {
+		t.Errorf("no grace: due %v, want first seen", got)
+	}
+	c.Historical = true
+	if got := graceDue(c, time.Hour); !got.Equal(t0) {
+		t.Errorf("historical: due %v, want first seen (no grace)", got)
+	}
+}
+
+func TestMarkerHead(t *testing.T) {
+	t.Parallel()
+	if got := markerHead(Cycle{}, 50, 80); got != 80 {
+		t.Errorf("live cycle: %d, want the head just read, 80", got)
+	}
+	if got := markerHead(Cycle{Historical: true}, 50, 80); got != 50 {
+		t.Errorf("historical cycle: %d, want the first run's head, 50", got)
+	}
+	if got := markerHead(Cycle{Historical: true}, 90, 80); got != 80 {
+		t.Errorf("historical head above the current head: %d, want the current head, 80", got)
+	}
+}
+
+// walk runs a gapCursor over a table holding present, with the given
+// page size and batch limit, and returns the batches it yields.
+func walk(from, top int64, present []int64, pageSize, limit int) (batches [][]int64, pages int) {
+	g := newGapCursor(from, top)
+	for !g.done() {
+		if g.needPage() {
+			pages++
+			var page []int64
+			for _, s := range present {
+				if s > g.pos && len(page) < pageSize {
+					page = append(page, s)
+				}
+			}
+			g.feed(page, pageSize)
+		}
+		if b := g.next(limit); len(b) > 0 {
+			batches = append(batches, b)
+		}
+	}
+	return batches, pages
+}
+
+func TestGapCursorYieldsEveryMissingSequenceOnce(t *testing.T) {
+	t.Parallel()
+	present := []int64{12, 14, 15, 20}
+	batches, _ := walk(10, 22, present, 2, 100)
+	got := slices.Concat(batches...)
+	want := []int64{11, 13, 16, 17, 18, 19, 21, 22}
+	if !slices.Equal(got, want) {
+		t.Errorf("missing = %v, want %v", got, want)
+	}
+}
+
+func TestGapCursorStopsAtTop(t *testing.T) {
+	t.Parallel()
+	batches, _ := walk(10, 13, []int64{20}, 10, 100)
+	if got := slices.Concat(batches...); !slices.Equal(got, []int64{11, 12, 13}) {
+		t.Errorf("missing = %v, want 11..13 and nothing above the top", got)
+	}
+}
+
+func TestGapCursorCutsBatchesAtTheLimit(t *testing.T) {
+	t.Parallel()
+	batches, _ := walk(0, 10, nil, 10, 4)
+	if len(batches) != 3 {
+		t.Fatalf("batches = %v, want 3 of at most 4", batches)
+	}
+	if !slices.Equal(batches[2], []int64{9, 10}) {
+		t.Errorf("last batch = %v, want [9 10]", batches[2])
+	}
+}
+
+func TestGapCursorReadsAPageOncePerPageOfPresentRows(t *testing.T) {
+	t.Parallel()
+	// A 100,000 gap then two present rows: one page read serves all 100
+	// batches cut from the gap.
+	_, pages := walk(0, 100_002, []int64{100_001, 100_002}, 1000, 1000)
+	if pages != 1 {
+		t.Errorf("page reads = %d, want 1", pages)
 	}
 }
 
 func TestStallAge(t *testing.T) {
 	t.Parallel()
 	if stallAge(nil, t0) != 0 {
-		t.Error("no episode: 0")
+		t.Error("no cycle: 0")
 	}
-	if got := stallAge(&Episode{FirstSeenAt: t0}, t0.Add(3*time.Second)); got != 3*time.Second {
+	if got := stallAge(&Cycle{FirstSeenAt: t0}, t0.Add(3*time.Second)); got != 3*time.Second {
 		t.Errorf("got %v", got)
 	}
 }

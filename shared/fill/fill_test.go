@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
@@ -21,7 +20,8 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
-// Issue 3, tests 1-12: each against a fresh real database.
+// The fill's soundness rules and pass behaviour, each against a fresh real
+// database.
 //
 // The abandonment proof reads pg_current_snapshot(), which is cluster-wide:
 // a transaction left open in one test's database holds back the proof of
@@ -30,7 +30,7 @@ import (
 // t.Parallel(): Go runs such tests one at a time, before and never beside
 // the parallel ones, whose own transactions are short.
 
-// 1. A rolled-back writer's sequence is filled after the grace and not before.
+// A rolled-back writer's sequence is filled after the grace and not before.
 func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -50,15 +50,15 @@ func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 	if _, ok := rows(t, db)[gap]; ok {
 		t.Fatal("a placeholder was written before the grace ended")
 	}
-	firstSeen := res.Episode.FirstSeenAt
+	firstSeen := res.Cycle.FirstSeenAt
 
 	clk.Advance(5 * time.Second) // still inside: counted from the first pass
-	if res := runPass(t, s); waiting(res) != WaitingGrace || res.Filled != 0 || !res.Episode.FirstSeenAt.Equal(firstSeen) {
+	if res := runPass(t, s); waiting(res) != WaitingGrace || res.Filled != 0 || !res.Cycle.FirstSeenAt.Equal(firstSeen) {
 		t.Fatalf("5s later: want still grace from the same first_seen_at; got %+v", res)
 	}
 	clk.Advance(5 * time.Second)
 	res = runPass(t, s)
-	if res.Waiting != nil || res.Filled != 1 || res.Watermark != 3 || res.StalledAt != nil || res.Episode != nil {
+	if res.Waiting != nil || res.Filled != 1 || res.Watermark != 3 || res.StalledAt != nil || res.Cycle != nil {
 		t.Fatalf("after the grace: want the gap filled and caught up; got %+v", res)
 	}
 	r, ok := rows(t, db)[gap]
@@ -67,7 +67,7 @@ func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 	}
 }
 
-// 1b. A grace that fits in the budget is waited out inside one pass.
+// A grace that fits in the budget is waited out inside one pass.
 func TestGraceWaitedOutInsideThePass(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -90,7 +90,7 @@ func TestGraceWaitedOutInsideThePass(t *testing.T) {
 	}
 }
 
-// 2. A stall that resolves inside the grace (late commit) keeps the real
+// A stall that resolves inside the grace (late commit) keeps the real
 // event and writes no placeholder.
 func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
@@ -103,7 +103,7 @@ func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace = 2 * time.Second
 	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
-	awaitState(t, db, `episode_first_seen_at IS NOT NULL`) // the pass saw the stall
+	awaitState(t, db, `cycle_first_seen_at IS NOT NULL`) // the pass saw the stall
 	w.commit()
 	res := await()
 	if res.Waiting != nil || res.Filled != 0 || res.Watermark != 3 || res.MarkersTaken != 0 {
@@ -114,7 +114,7 @@ func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 	}
 }
 
-// 3. A writer still open when the grace ends: no fill while it runs and
+// A writer still open when the grace ends: no fill while it runs and
 // blocked_by names it; after it rolls back the gap is filled.
 func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
@@ -137,10 +137,10 @@ func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 	if b := res.BlockedBy[0]; b.BackendXID == "" || b.State == "" || b.XactAgeSeconds == nil {
 		t.Fatalf("blocker lacks state/xid/age: %+v", b)
 	}
-	if res.ProofBlockedSeconds < 0 || res.Episode == nil || res.Episode.Marker == nil {
-		t.Fatalf("want the marker kept in the episode; got %+v", res)
+	if res.ProofBlockedSeconds < 0 || res.Cycle == nil || res.Cycle.Marker == nil {
+		t.Fatalf("want the marker kept in the cycle; got %+v", res)
 	}
-	marker := *res.Episode.Marker
+	marker := *res.Cycle.Marker
 	if _, ok := rows(t, db)[gap]; ok {
 		t.Fatal("filled while the writer runs")
 	}
@@ -149,10 +149,13 @@ func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 		t.Fatalf("response JSON does not name the writer: %s", out)
 	}
 
-	// Still blocked: same marker (one per episode, not per retry).
+	// Still blocked: same marker (one per cycle, not per retry).
 	res = runPass(t, s)
-	if waiting(res) != WaitingProof || res.MarkersTaken != 0 || *res.Episode.Marker != marker || res.ProofBlockedSeconds <= 0 {
-		t.Fatalf("second blocked pass: want the same marker %s, no new one, blocked time growing; got %+v", marker, res)
+	if waiting(res) != WaitingProof || res.MarkersTaken != 0 || *res.Cycle.Marker != marker || res.ProofBlockedSeconds <= 0 {
+		t.Fatalf("second blocked pass: want the same marker %d, no new one, blocked time growing; got %+v", marker, res)
+	}
+	if res.ForeignMarkers != 0 {
+		t.Fatalf("a legitimate blocked marker was taken for a foreign one: %+v", res)
 	}
 
 	w.rollback()
@@ -165,7 +168,7 @@ func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 	}
 }
 
-// 3b. The twin: the writer commits while the pass polls the proof; the
+// The twin: the writer commits while the pass polls the proof; the
 // proof then passes, the insert meets the committed row, and DO NOTHING
 // keeps the real event.
 func TestOpenWriterCommitsDuringProof(t *testing.T) {
@@ -177,10 +180,10 @@ func TestOpenWriterCommitsDuringProof(t *testing.T) {
 	commit(t, db, 1)
 
 	cfg := testConfig()
-	cfg.Grace = 0
+	cfg.Grace = NoGrace
 	cfg.PassBudget = 5 * time.Second
 	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
-	awaitState(t, db, `episode_marker IS NOT NULL`) // the pass has its marker and polls
+	awaitState(t, db, `cycle_marker IS NOT NULL`) // the pass has its marker and polls
 	w.commit()
 	res := await()
 	if res.Waiting != nil || res.Filled != 0 || res.Watermark != 3 || res.MarkersTaken != 1 {
@@ -191,7 +194,7 @@ func TestOpenWriterCommitsDuringProof(t *testing.T) {
 	}
 }
 
-// 4. FILL_BATCH_LIMIT=2 with 5 burned sequences: all 5 filled in one pass,
+// FILL_BATCH_LIMIT=2 with 5 burned sequences: all 5 filled in one pass,
 // grace paid once.
 func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 	t.Parallel()
@@ -209,25 +212,19 @@ func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 		t.Fatalf("want grace; got %+v", res)
 	}
 	clk.Advance(cfg.Grace)
-	rec.sql, rec.args = nil, nil
+	rec.reset()
 	res := runPass(t, s)
 	if res.Waiting != nil || res.Filled != 5 || res.Watermark != top || *res.FilledMin != first || *res.FilledMax != last {
 		t.Fatalf("want all 5 filled in this pass, no second grace; got %+v", res)
 	}
-	inserts := 0
-	for _, q := range rec.statements() {
-		if strings.Contains(q, "INSERT INTO") {
-			inserts++
-		}
-	}
-	if inserts != 3 {
+	if inserts := rec.count("INSERT INTO"); inserts != 3 {
 		t.Fatalf("want 3 inserts of at most 2; got %d", inserts)
 	}
 }
 
-// 5. A stall beyond the episode window starts a fresh episode with a fresh
-// marker.
-func TestStallBeyondWindowStartsFreshEpisode(t *testing.T) {
+// A stall above the marker head (allocated after the marker was taken)
+// starts the next cycle, with a fresh marker.
+func TestStallAboveMarkerHeadStartsNextCycle(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	started(t, db) // 1
@@ -236,26 +233,26 @@ func TestStallBeyondWindowStartsFreshEpisode(t *testing.T) {
 	commit(t, db, 1) // 3
 
 	cfg := testConfig()
-	cfg.Grace, cfg.PassBudget = 0, time.Second
+	cfg.Grace, cfg.PassBudget = NoGrace, time.Second
 	s := newService(t, db.Pool, cfg, Options{})
 	res := runPass(t, s)
-	if waiting(res) != WaitingProof || res.Episode == nil || *res.Episode.MarkerHead != 3 {
-		t.Fatalf("want an episode from 1 with marker head 3, blocked; got %+v", res)
+	if waiting(res) != WaitingProof || res.Cycle == nil || *res.Cycle.MarkerHead != 3 {
+		t.Fatalf("want a cycle from 1 with marker head 3, blocked; got %+v", res)
 	}
 	w.commit()
-	gap, _ := burn(t, db, 1) // 4, allocated after the marker: beyond its window (1, 3]
+	gap, _ := burn(t, db, 1) // 4, allocated after the marker: above its head 3
 	commit(t, db, 1)         // 5
 
 	res = runPass(t, s)
 	if res.Waiting != nil || res.Filled != 1 || res.Watermark != 5 || res.MarkersTaken != 1 {
-		t.Fatalf("want a fresh episode with a fresh marker filling %d; got %+v", gap, res)
+		t.Fatalf("want the next cycle with a fresh marker filling %d; got %+v", gap, res)
 	}
 	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
 		t.Fatalf("sequence %d: %+v", gap, r)
 	}
 }
 
-// 6. A burned tail (head above the highest present row) is filled, and no
+// A burned tail (head above the highest present row) is filled, and no
 // placeholder goes above the head.
 func TestBurnedTailFilled(t *testing.T) {
 	t.Parallel()
@@ -264,7 +261,7 @@ func TestBurnedTailFilled(t *testing.T) {
 	first, last := burn(t, db, 3)
 
 	cfg := testConfig()
-	cfg.Grace = 0
+	cfg.Grace = NoGrace
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
 	if res.Waiting != nil || res.Filled != 3 || res.Watermark != last || res.Head != last {
 		t.Fatalf("want the tail %d..%d filled; got %+v", first, last, res)
@@ -298,7 +295,7 @@ func TestFilledRangeNotifiedPerInsert(t *testing.T) {
 	commit(t, db, 1)
 
 	cfg := testConfig()
-	cfg.Grace, cfg.BatchLimit = 0, 2
+	cfg.Grace, cfg.BatchLimit = NoGrace, 2
 	s := newService(t, db.Pool, cfg, Options{})
 	if res := runPass(t, s); res.Filled != 5 {
 		t.Fatalf("want %d..%d filled; got %+v", first, last, res)
@@ -330,7 +327,7 @@ func TestFilledRangeNotifiedPerInsert(t *testing.T) {
 	}
 }
 
-// 7. Gaps present at the first run are filled without waiting for the grace.
+// Gaps present at the first run are filled without waiting for the grace.
 func TestHistoricalGapsNeedNoGrace(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -428,7 +425,7 @@ func TestPrunedHistoryIsNotRefilled(t *testing.T) {
 	}
 }
 
-// 8. Committed rows are untouched by fills (payload and xmin compared).
+// Committed rows are untouched by fills (payload and xmin compared).
 func TestCommittedRowsUntouched(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -455,7 +452,7 @@ func TestCommittedRowsUntouched(t *testing.T) {
 	}
 }
 
-// 9. Two concurrent invocations: one works, the other returns lease; every
+// Two concurrent invocations: one works, the other returns lease; every
 // gap filled exactly once.
 func TestConcurrentPassesLease(t *testing.T) {
 	t.Parallel()
@@ -495,7 +492,7 @@ func TestConcurrentPassesLease(t *testing.T) {
 		filled += r.Filled
 		// A lease loser never read the head: its zero lag must not reach
 		// the lag alarm as a metric.
-		emitsLag := slices.ContainsFunc(passMetrics(r), func(m metrics.Metric) bool { return m.Name == "Lag" })
+		emitsLag := slices.ContainsFunc(r.Metrics(), func(m metrics.Metric) bool { return m.Name == "Lag" })
 		switch waiting(r) {
 		case WaitingLease:
 			// At once: its one statement is the lease attempt, and it
@@ -524,7 +521,7 @@ func TestConcurrentPassesLease(t *testing.T) {
 	}
 }
 
-// 9b. A lease left by a crashed pass blocks only until it expires.
+// A lease left by a crashed pass blocks only until it expires.
 func TestExpiredLeaseIsTaken(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -540,7 +537,7 @@ func TestExpiredLeaseIsTaken(t *testing.T) {
 	}
 }
 
-// 10a. The context cancelled mid-pass: the next pass finishes correctly,
+// The context cancelled mid-pass: the next pass finishes correctly,
 // and the grace still counts from the first pass that saw the stall.
 func TestCancelledMidPassNextContinues(t *testing.T) {
 	t.Parallel()
@@ -557,7 +554,7 @@ func TestCancelledMidPassNextContinues(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer cancel()
-		if err := waitForState(db, `episode_first_seen_at IS NOT NULL`); err != nil {
+		if err := waitForState(db, `cycle_first_seen_at IS NOT NULL`); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -567,7 +564,7 @@ func TestCancelledMidPassNextContinues(t *testing.T) {
 	}
 	var owner *string
 	var firstSeen time.Time
-	if err := db.Pool.QueryRow(context.Background(), `SELECT lease_owner, episode_first_seen_at FROM outbox.fill_state`).Scan(&owner, &firstSeen); err != nil {
+	if err := db.Pool.QueryRow(context.Background(), `SELECT lease_owner, cycle_first_seen_at FROM outbox.fill_state`).Scan(&owner, &firstSeen); err != nil {
 		t.Fatal(err)
 	}
 	if owner != nil {
@@ -590,68 +587,7 @@ func TestCancelledMidPassNextContinues(t *testing.T) {
 	}
 }
 
-// 10b. The function's connection killed with pg_terminate_backend while it
-// polls the proof: the pass fails, and the next pass (on the same pool,
-// which re-dials) finishes correctly.
-func TestConnectionKilledMidPassNextContinues(t *testing.T) {
-	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
-	db := testdb.New(t)
-	started(t, db)
-	w := openWriter(t, db)
-	gap := w.publish()
-	commit(t, db, 1)
-
-	app := "okt-fill-kill-" + db.Name
-	pc, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.ConnConfig.RuntimeParams["application_name"] = app
-	pc.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-
-	cfg := testConfig()
-	cfg.Grace, cfg.PassBudget = 0, 5*time.Second
-	s := newService(t, pool, cfg, Options{})
-	type out struct {
-		res *Result
-		err error
-	}
-	done := make(chan out, 1)
-	go func() {
-		ctx, cancel := passContext()
-		defer cancel()
-		res, err := s.RunOnce(ctx)
-		done <- out{res, err}
-	}()
-	awaitState(t, db, `episode_marker IS NOT NULL`) // the pass has its marker and polls
-	var killed int
-	if err := db.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed); err != nil || killed == 0 {
-		t.Fatalf("kill the pass's connection: %d %v", killed, err)
-	}
-	o := <-done
-	if o.err == nil {
-		t.Fatalf("the killed pass reported no error: %+v", o.res)
-	}
-	if _, ok := rows(t, db)[gap]; ok {
-		t.Fatal("filled while the writer runs")
-	}
-	w.rollback()
-	res := runPass(t, s)
-	if res.Waiting != nil || res.Filled != 1 || res.Watermark != 3 || res.MarkersTaken != 0 {
-		t.Fatalf("next pass: want the gap filled on the persisted marker; got %+v", res)
-	}
-	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Fatalf("sequence %d: %+v", gap, r)
-	}
-}
-
-// 11. A healthy table of 1,000,000 rows with 1,000 new ones: a small,
+// A healthy table of 1,000,000 rows with 1,000 new ones: a small,
 // bounded number of statements.
 func TestLargeHealthyTableFewStatements(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
@@ -684,7 +620,7 @@ func TestLargeHealthyTableFewStatements(t *testing.T) {
 	t.Logf("healthy pass over %d rows + 1000 new: %d statements, %d ms", n, res.Statements, res.DurationMS)
 }
 
-// 12a. §3.2 marker after head: a writer that takes its xid and allocates a
+// §3.2 marker after head: a writer that takes its xid and allocates a
 // sequence between the head read and the marker assignment holds a
 // sequence above the head, and its xid is older than the marker: the pass
 // must not fill it (and cannot prove anything until it ends). Reading the
@@ -698,11 +634,11 @@ func TestRuleMarkerAfterHead(t *testing.T) {
 	commit(t, db, 1)         // 3
 
 	cfg := testConfig()
-	cfg.Grace, cfg.PassBudget = 0, time.Second
+	cfg.Grace, cfg.PassBudget = NoGrace, time.Second
 	s := newService(t, db.Pool, cfg, Options{})
 	var w *writer
 	var late int64
-	s.afterHeadRead = func(ctx context.Context, head int64) {
+	s.afterHeadRead = func(head int64) {
 		if w == nil {
 			w = openWriter(t, db)
 			late = w.allocate()
@@ -735,7 +671,7 @@ func TestRuleMarkerAfterHead(t *testing.T) {
 	}
 }
 
-// 12b. §3.2 structurally: the statement that assigns the marker
+// §3.2 structurally: the statement that assigns the marker
 // (pg_current_xact_id) comes strictly after, and apart from, the head read.
 func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 	t.Parallel()
@@ -745,14 +681,14 @@ func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 	commit(t, db, 1)
 	rec := &recorder{Q: db.Pool}
 	cfg := testConfig()
-	cfg.Grace = 0
+	cfg.Grace = NoGrace
 	if res := runPass(t, newService(t, rec, cfg, Options{})); res.Filled != 1 {
 		t.Fatalf("got %+v", res)
 	}
 	stmts := rec.statements()
 	marker := -1
 	for i := range stmts {
-		if rec.assignsMarker(i) {
+		if assignsMarker(stmts[i]) {
 			marker = i
 			break
 		}
@@ -778,7 +714,7 @@ func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 	}
 }
 
-// 12c. §3.3 proof: an allocated sequence whose writer is still open is
+// §3.3 proof: an allocated sequence whose writer is still open is
 // never filled, however long the pass waits.
 func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
@@ -789,7 +725,7 @@ func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
 	commit(t, db, 1)
 
 	cfg := testConfig()
-	cfg.Grace, cfg.PassBudget = 0, 1500*time.Millisecond
+	cfg.Grace, cfg.PassBudget = NoGrace, 1500*time.Millisecond
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
 	if res.Filled != 0 || waiting(res) != WaitingProof {
 		t.Fatalf("want no fill while the writer runs; got %+v", res)
@@ -803,7 +739,7 @@ func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
 	w.commit()
 }
 
-// 12d. §3.5 never overwrite, never above the head: a committed row inside
+// §3.5 never overwrite, never above the head: a committed row inside
 // the window keeps its payload and xmin, and no placeholder is written
 // above the allocation head even when the window (W + page) reaches past
 // it.
@@ -817,7 +753,7 @@ func TestRuleNeverOverwriteNeverAboveHead(t *testing.T) {
 	before := rows(t, db)
 
 	cfg := testConfig()
-	cfg.Grace = 0
+	cfg.Grace = NoGrace
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
 	if res.Filled != 3 || res.Watermark != 5 {
 		t.Fatalf("got %+v", res)
@@ -832,6 +768,43 @@ func TestRuleNeverOverwriteNeverAboveHead(t *testing.T) {
 	}
 	if h := head(t, db); maxSeq != h {
 		t.Fatalf("a row above the head %d: max %d", h, maxSeq)
+	}
+}
+
+// §3.5 never overwrite, for a row that appears after the pass listed its
+// sequence as missing (a concurrent compensate, or a writer that broke
+// rule 1): the fill's insert keeps it as it is and counts only what it
+// wrote itself.
+func TestRuleNeverOverwriteARowWrittenAfterThePageRead(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	started(t, db)
+	first, last := burn(t, db, 3) // 2..4
+	commit(t, db, 1)
+
+	cfg := testConfig()
+	cfg.Grace = NoGrace
+	s := newService(t, db.Pool, cfg, Options{})
+	var theirs string // the concurrent row's xmin
+	s.beforeInsert = func(seqs []int64) {
+		if theirs != "" {
+			return
+		}
+		if err := db.Pool.QueryRow(context.Background(),
+			`INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'compensate') RETURNING xmin::text`, seqs[0]).Scan(&theirs); err != nil {
+			t.Error(err)
+		}
+	}
+	res := runPass(t, s)
+	if res.Filled != last-first {
+		t.Errorf("Filled = %d, want %d (not the one compensate wrote)", res.Filled, last-first)
+	}
+	r := rows(t, db)[first]
+	if r.FilledBy == nil || *r.FilledBy != "compensate" {
+		t.Errorf("sequence %d: filled_by %v, want compensate's placeholder kept", first, r.FilledBy)
+	}
+	if r.Xmin != theirs {
+		t.Errorf("sequence %d: xmin %s, want %s: the fill wrote over the concurrent row", first, r.Xmin, theirs)
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
 	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
@@ -30,11 +29,15 @@ type clock struct{ offset atomic.Int64 }
 func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
-func testConfig() config.Fill {
-	return config.Fill{Grace: 200 * time.Millisecond, BatchLimit: 1000, PageSize: 1000, PassBudget: 10 * time.Second}
+// testConfig is a bounded pass (it ends when caught up) with short waits,
+// so most tests read like one scheduled invocation; watching tests clear
+// Bounded.
+func testConfig() Config {
+	return Config{Grace: 200 * time.Millisecond, BatchLimit: 1000, PageSize: 1000, PassBudget: 10 * time.Second,
+		Bounded: true, Tick: 50 * time.Millisecond}
 }
 
-func newService(t testing.TB, q store.Querier, cfg config.Fill, opts Options) *Service {
+func newService(t testing.TB, q store.DB, cfg Config, opts Options) *Service {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
@@ -42,7 +45,7 @@ func newService(t testing.TB, q store.Querier, cfg config.Fill, opts Options) *S
 	if opts.Metrics == nil {
 		opts.Metrics = &metrics.Emitter{Function: "fill", Out: io.Discard}
 	}
-	s, err := New(q, store.MustSchema(testdb.Schema), cfg, opts)
+	s, err := New(q, cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,52 +234,70 @@ func started(t testing.TB, db *testdb.DB) {
 
 func waiting(r *Result) string { return r.WaitingFor() }
 
-// recorder is a Querier that records every statement's SQL, in order.
+// recorder is a store.DB that records every statement's SQL, in order.
+// The fill sends each statement in a batch behind its timeout (see
+// store.Bounded); the recorder notes the statement, not the timeout.
 type recorder struct {
-	Q    store.Querier
-	mu   sync.Mutex
-	sql  []string
-	args [][]any
+	Q   store.DB
+	mu  sync.Mutex
+	sql []string
 }
 
-func (r *recorder) note(sql string, args []any) {
+func (r *recorder) note(sql string) {
 	r.mu.Lock()
 	r.sql = append(r.sql, sql)
-	r.args = append(r.args, args)
 	r.mu.Unlock()
 }
 
 func (r *recorder) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	r.note(sql, args)
+	r.note(sql)
 	return r.Q.Exec(ctx, sql, args...)
 }
 
 func (r *recorder) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	r.note(sql, args)
+	r.note(sql)
 	return r.Q.Query(ctx, sql, args...)
 }
 
 func (r *recorder) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	r.note(sql, args)
+	r.note(sql)
 	return r.Q.QueryRow(ctx, sql, args...)
 }
 
-// assignsMarker says statement i is the state save that assigns an
-// episode marker ($10, "assign episode marker", is true).
-func (r *recorder) assignsMarker(i int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !strings.Contains(r.sql[i], "fill_state") || len(r.args[i]) < 10 {
-		return false
+func (r *recorder) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		if !strings.Contains(q.SQL, "set_config('statement_timeout'") {
+			r.note(q.SQL)
+		}
 	}
-	b, ok := r.args[i][9].(bool)
-	return ok && b
+	return r.Q.SendBatch(ctx, b)
+}
+
+// assignsMarker says statement sql assigns a cycle's marker.
+func assignsMarker(sql string) bool {
+	return strings.Contains(sql, "cycle_marker = pg_current_xact_id()")
 }
 
 func (r *recorder) statements() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.sql...)
+}
+
+func (r *recorder) reset() {
+	r.mu.Lock()
+	r.sql = nil
+	r.mu.Unlock()
+}
+
+func (r *recorder) count(substr string) int {
+	n := 0
+	for _, q := range r.statements() {
+		if strings.Contains(q, substr) {
+			n++
+		}
+	}
+	return n
 }
 
 // runPassInBackground starts one pass and returns a function that waits for

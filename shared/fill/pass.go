@@ -1,0 +1,532 @@
+package fill
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/budget"
+	"github.com/outboxkeeper/outboxkeeper/shared/store"
+)
+
+// finishAllowance is how long after the budget's end the last statements
+// (the blockers' names, the state, the lease) may take. budget.Margin
+// keeps 2s before Lambda's deadline, so they, the log line and the metrics
+// all land before it.
+const finishAllowance = time.Second
+
+// leasePoll is how often a waiting successor looks at the lease: the
+// holder hands over at its next tick, so waiting costs at most a tick and
+// a poll.
+const leasePoll = 100 * time.Millisecond
+
+// successorTTL is how long one registration as successor lasts; the
+// waiter refreshes it every poll, so a waiter that died is ignored soon.
+const successorTTL = time.Second
+
+// outcome is where a step left the pass.
+type outcome int
+
+const (
+	caughtUp  outcome = iota // nothing missing up to the head
+	inGrace                  // a stall is inside its grace
+	inProof                  // the cycle's proof does not pass yet
+	progress                 // work was done; look again at once
+	outOfTime                // work remains, the budget is spent
+	leaseGone                // another pass owns the lease now
+)
+
+// pass is one invocation's working state.
+type pass struct {
+	s       *Service
+	bounded *store.Bounded
+	q       *store.Counting
+	owner   string
+	start   time.Time
+	end     time.Time // the budget's end: every statement of the work ends by it
+	hardEnd time.Time // the last statements end by this
+	res     *Result
+
+	held      bool
+	st        State
+	head      int64
+	// dirty: the cycle or the proof changed, which a checkpoint writes at
+	// once (a hand-over or a crash must not lose a stall's first sighting
+	// or a blocked proof). A watermark that only moved on waits for the
+	// next lease renewal: one statement per tick fewer while writers are
+	// busy, and the finish writes it anyway.
+	dirty     bool
+	renewed   time.Time // the last lease renewal, on the pass's clock
+	successor bool      // a successor waits: hand over and end
+	graceDue  time.Time // when the grace of the stall in hand ends
+	blocked   *uint64   // the marker whose proof was last seen blocked
+	heads     headLog   // when the head was seen reaching which sequence
+}
+
+// RunOnce runs one pass. Waiting (grace, proof, lease, budget) is a normal
+// outcome, and so is a statement that ran out of the budget (it is named in
+// TimedOut); an error means the database failed for the rest of the budget,
+// or ctx ended. The persisted state is always one a later pass continues
+// from.
+func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
+	start := s.opts.Now()
+	end := start.Add(budget.For(ctx, s.cfg.PassBudget, start))
+	b := &store.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}
+	p := &pass{
+		s:       s,
+		bounded: b,
+		q:       &store.Counting{Q: b},
+		owner:   newOwner(),
+		start:   start,
+		end:     end,
+		hardEnd: end.Add(finishAllowance),
+		res:     &Result{BlockedBy: []Blocker{}},
+	}
+	err := p.run(ctx)
+	return p.res, p.close(ctx, err)
+}
+
+// run takes the lease and works, retrying transient database errors
+// (a dropped connection, a restart, a failover) while the budget lasts:
+// the persisted state is the checkpoint, and the pool dials afresh.
+func (p *pass) run(ctx context.Context) error {
+	for {
+		err := p.attempt(ctx)
+		if err == nil || !store.Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		if !p.pause(ctx, p.s.cfg.Tick) {
+			return err
+		}
+		p.res.Retries++
+		p.s.opts.Logger.WarnContext(ctx, "fill: retrying after a transient database error", slog.String("error", err.Error()))
+	}
+}
+
+func (p *pass) attempt(ctx context.Context) error {
+	if err := p.acquire(ctx); err != nil || !p.held {
+		return err
+	}
+	err := p.work(ctx)
+	if errors.Is(err, errLeaseLost) {
+		p.held = false
+		p.res.wait(WaitingLease)
+		return nil
+	}
+	return err
+}
+
+// acquire takes the lease, or — a watching pass — waits to be handed it
+// while its budget lasts. Either way it loads the state.
+func (p *pass) acquire(ctx context.Context) error {
+	watch := !p.s.cfg.Bounded
+	since, waited := p.s.opts.Now(), p.res.LeaseWaitMS
+	for polls := 0; ; polls++ {
+		if polls > 0 {
+			p.res.LeaseWaitMS = waited + p.s.opts.Now().Sub(since).Milliseconds()
+		}
+		st, took, err := p.s.lease.acquireLease(ctx, p.q, p.owner, p.s.opts.LeaseTTL, watch, successorTTL)
+		if err != nil {
+			return err
+		}
+		p.st = st
+		if took {
+			p.held, p.dirty, p.renewed = true, false, p.s.opts.Now()
+			p.res.Waiting = nil
+			return nil
+		}
+		p.res.wait(WaitingLease)
+		if !watch || !p.pause(ctx, leasePoll) {
+			// One working pass per schema; a bounded pass returns at once.
+			return nil
+		}
+	}
+}
+
+// work runs steps until the budget ends, a successor takes over, or (a
+// bounded pass) there is nothing left to do now.
+func (p *pass) work(ctx context.Context) error {
+	for {
+		out, err := p.step(ctx)
+		if err != nil {
+			return err
+		}
+		if out == leaseGone {
+			return errLeaseLost
+		}
+		if out == caughtUp && p.s.cfg.Bounded {
+			p.res.Waiting = nil
+			return nil // the finish writes the state
+		}
+		if err := p.maybeCheckpoint(ctx); err != nil {
+			return err
+		}
+		wait, waiting := p.next(out)
+		p.res.Waiting = nil
+		if waiting != "" {
+			p.res.wait(waiting)
+		}
+		switch {
+		case p.successor:
+			// The next invocation is here: it carries on from the state
+			// the finish writes, within a poll.
+			return nil
+		case wait < 0:
+			return nil
+		case wait == 0:
+			continue
+		}
+		if !p.pause(ctx, wait) {
+			return ctx.Err()
+		}
+	}
+}
+
+// next is what the pass does after a step: how long to wait before the
+// next one (0: at once; negative: end the pass), and what it is waiting
+// for meanwhile.
+func (p *pass) next(out outcome) (time.Duration, string) {
+	tick := p.s.cfg.Tick
+	switch out {
+	case progress:
+		if !p.timeLeft() {
+			return -1, WaitingBudget
+		}
+		return 0, ""
+	case outOfTime:
+		return -1, WaitingBudget
+	case inGrace:
+		if p.s.cfg.Bounded && !p.graceDue.Before(p.end) {
+			// Not due within the budget: a later pass fills it.
+			return -1, WaitingGrace
+		}
+		// Waited out in short steps, re-reading each time: a late commit
+		// ends the stall early, at no write.
+		return min(tick, max(p.graceDue.Sub(p.s.opts.Now()), time.Millisecond)), WaitingGrace
+	case inProof:
+		return tick, WaitingProof
+	}
+	return tick, "" // caught up, watching
+}
+
+// step is one look: the head, the watermark over whatever is present, and
+// the cycle of the stall it stops at.
+func (p *pass) step(ctx context.Context) (outcome, error) {
+	p.res.Ticks++
+	tick, err := p.s.lease.pollTick(ctx, p.q, p.owner)
+	if err != nil {
+		return 0, err
+	}
+	if !tick.Held {
+		return leaseGone, nil
+	}
+	p.successor = tick.Successor
+	p.head, p.res.headRead = tick.Head, true
+	p.heads.add(p.s.opts.Now(), p.head, max(p.s.cfg.Grace, 0)+p.s.cfg.Tick)
+	if !p.st.Started {
+		lowest, err := p.s.events.Lowest(ctx, p.q)
+		if err != nil {
+			return 0, err
+		}
+		w, ok := initialWatermark(lowest, p.head, p.s.cfg.PageSize)
+		if !ok {
+			return caughtUp, nil // nothing to anchor on yet
+		}
+		// The historical boundary is the head polled above: strictly
+		// before any marker, which a later statement assigns.
+		p.st.Started, p.st.Watermark, p.st.HistoricalHead = true, w, p.head
+		p.dirty = true
+	}
+	if more, err := p.advance(ctx); err != nil || more {
+		return outOfTime, err
+	}
+	w := p.st.Watermark
+	if w >= p.head {
+		p.setCycle(nil)
+		return caughtUp, nil
+	}
+
+	// w+1 is allocated (at or below the head) and missing: a stall.
+	now := p.s.opts.Now()
+	if c, fresh := decideCycle(p.st.Cycle, w, p.st.HistoricalHead, p.heads.since(w+1, now)); fresh {
+		p.setCycle(&c)
+	}
+	c := p.st.Cycle
+	if p.graceDue = graceDue(*c, p.s.cfg.Grace); now.Before(p.graceDue) {
+		return inGrace, nil
+	}
+	if c.Marker == nil {
+		if err := p.takeMarker(ctx); err != nil {
+			return 0, err
+		}
+	}
+	proof, err := p.s.proof.checkProof(ctx, p.q, *c.Marker)
+	if err != nil {
+		return 0, err
+	}
+	switch proof {
+	case proofForeign:
+		p.s.opts.Logger.WarnContext(ctx, "fill: the persisted marker is not this cluster's (restored state, logical replication or a blue/green switch-over): discarding it and taking a fresh one",
+			slog.Uint64("marker", *c.Marker), slog.Int64("marker_head", c.MarkerHead))
+		p.res.ForeignMarkers++
+		c.Marker, c.MarkerHead = nil, 0
+		p.st.ProofBlockedSince, p.dirty = nil, true
+		return progress, nil
+	case proofBlocked:
+		p.blocked = c.Marker
+		if p.st.ProofBlockedSince == nil {
+			p.st.ProofBlockedSince, p.dirty = &now, true
+		}
+		return inProof, nil
+	}
+	p.blocked = nil
+	if p.st.ProofBlockedSince != nil {
+		p.st.ProofBlockedSince, p.dirty = nil, true
+	}
+	began := p.s.opts.Now()
+	done, err := p.fillCycle(ctx)
+	p.res.FillMS += p.s.opts.Now().Sub(began).Milliseconds()
+	if err != nil || !done {
+		return outOfTime, err
+	}
+	p.res.Cycles++
+	p.setCycle(nil)
+	return progress, nil
+}
+
+// advance moves the watermark over contiguous present rows, a page at a
+// time, up to the first missing sequence or the head. more is true when
+// the budget ended first.
+func (p *pass) advance(ctx context.Context) (more bool, err error) {
+	for p.st.Watermark < p.head {
+		page, err := p.s.events.PresentAfter(ctx, p.q, p.st.Watermark, p.s.cfg.PageSize)
+		if err != nil {
+			return false, err
+		}
+		w, rest := advance(p.st.Watermark, page)
+		p.setWatermark(w)
+		if len(rest) > 0 || len(page) < p.s.cfg.PageSize {
+			return false, nil
+		}
+		if !p.timeLeft() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// takeMarker pairs a head read with a marker assigned in a later statement
+// (§3.2): every sequence at or below that head was allocated by a writer
+// that already had its xid (§3.1), so its xid is older than the marker.
+func (p *pass) takeMarker(ctx context.Context) error {
+	c := p.st.Cycle
+	h := markerHead(*c, p.st.HistoricalHead, p.head)
+	if !c.Historical {
+		var err error
+		if h, err = p.s.events.Head(ctx, p.q); err != nil {
+			return err
+		}
+		p.head = max(p.head, h)
+	}
+	if hook := p.s.afterHeadRead; hook != nil {
+		hook(h)
+	}
+	m, err := p.s.state.assignMarker(ctx, p.q, p.owner, *c, h, p.s.opts.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	c.Marker, c.MarkerHead = &m, h
+	p.st.ProofBlockedSince = nil
+	p.renewed = p.s.opts.Now()
+	p.res.MarkersTaken++
+	return nil
+}
+
+// fillCycle writes a placeholder for every missing sequence of (W, marker
+// head], proven abandoned by the cycle's marker: it pages through the
+// present rows in index order and inserts at most BatchLimit per
+// statement, as many statements as the budget allows. It returns false
+// when the budget ended first; the watermark (persisted at the next
+// checkpoint) is where the next pass resumes, with the same marker.
+// Never above the head read this pass (§3.5), and every insert is ON
+// CONFLICT DO NOTHING.
+func (p *pass) fillCycle(ctx context.Context) (bool, error) {
+	c := p.st.Cycle
+	g := newGapCursor(p.st.Watermark, min(c.MarkerHead, p.head))
+	limit := p.s.cfg.BatchLimit
+	pending := make([]int64, 0, limit)
+	for {
+		if g.needPage() {
+			if !p.timeLeft() {
+				return false, nil
+			}
+			page, err := p.s.events.PresentAfter(ctx, p.q, g.pos, p.s.cfg.PageSize)
+			if err != nil {
+				return false, err
+			}
+			g.feed(page, p.s.cfg.PageSize)
+		}
+		pending = append(pending, g.next(limit-len(pending))...)
+		switch {
+		case len(pending) == limit || g.done() && len(pending) > 0:
+			if !p.timeLeft() {
+				return false, nil
+			}
+			if hook := p.s.beforeInsert; hook != nil {
+				hook(pending)
+			}
+			wrote, err := p.s.events.InsertPlaceholders(ctx, p.q, pending, store.FilledByFill)
+			if err != nil {
+				return false, err
+			}
+			p.recordFilled(wrote)
+			pending = pending[:0]
+			p.setWatermark(g.pos)
+			// A long cycle keeps its lease (and shows its progress) with a
+			// checkpoint when the lease is due, not one per insert.
+			if p.renewDue() {
+				if err := p.checkpoint(ctx); err != nil {
+					return false, err
+				}
+			}
+		case len(pending) == 0:
+			p.setWatermark(g.pos)
+		}
+		if g.done() {
+			return true, nil
+		}
+	}
+}
+
+func (p *pass) recordFilled(wrote []int64) {
+	if len(wrote) == 0 {
+		return
+	}
+	lo, hi := wrote[0], wrote[len(wrote)-1] // ascending: the insert returns them sorted
+	r := p.res
+	r.Filled += int64(len(wrote))
+	if r.FilledMin == nil || lo < *r.FilledMin {
+		r.FilledMin = &lo
+	}
+	if r.FilledMax == nil || hi > *r.FilledMax {
+		r.FilledMax = &hi
+	}
+}
+
+func (p *pass) setWatermark(w int64) {
+	if w > p.st.Watermark {
+		p.st.Watermark = w
+	}
+}
+
+func (p *pass) setCycle(c *Cycle) {
+	if c == nil && p.st.Cycle == nil {
+		return
+	}
+	p.st.Cycle, p.st.ProofBlockedSince, p.blocked, p.dirty = c, nil, nil, true
+}
+
+// maybeCheckpoint saves the state when it changed, and renews the lease a
+// few times per lease period however quiet the pass is.
+func (p *pass) maybeCheckpoint(ctx context.Context) error {
+	if !p.dirty && !p.renewDue() {
+		return nil
+	}
+	return p.checkpoint(ctx)
+}
+
+// renewDue: a third of the lease period has passed since it was renewed.
+func (p *pass) renewDue() bool {
+	return p.s.opts.Now().Sub(p.renewed) >= p.s.opts.LeaseTTL/3
+}
+
+// checkpoint saves the state and renews the lease.
+func (p *pass) checkpoint(ctx context.Context) error {
+	w, successor, err := p.s.state.checkpointState(ctx, p.q, p.owner, p.st, p.s.opts.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	p.st.Watermark = max(p.st.Watermark, w)
+	p.successor = p.successor || successor
+	p.dirty, p.renewed = false, p.s.opts.Now()
+	return nil
+}
+
+// timeLeft says another statement may start.
+func (p *pass) timeLeft() bool { return p.s.opts.Now().Before(p.end) }
+
+// pause sleeps d, and says false instead when d would reach the budget's
+// end: the pass then ends with what it has, rather than wake to send a
+// statement with no time left.
+func (p *pass) pause(ctx context.Context, d time.Duration) bool {
+	if !p.s.opts.Now().Add(d).Before(p.end) {
+		return false
+	}
+	return budget.Sleep(ctx, d) == nil
+}
+
+// close ends the pass: the blockers' names when the proof is blocked, the
+// state and the lease (handed to a successor, or released), and the
+// result. A statement the budget ended is a normal end, named in TimedOut.
+func (p *pass) close(ctx context.Context, err error) error {
+	if errors.Is(err, store.ErrBudget) {
+		p.res.TimedOut, err = err.Error(), nil
+		p.res.wait(WaitingBudget)
+	}
+	// A fresh context: a cancelled invocation still gives its lease back
+	// (and the pool re-dials a dropped connection). The hard end bounds it.
+	fctx := context.WithoutCancel(ctx)
+	p.bounded.Deadline = p.hardEnd
+	if p.res.WaitingFor() == WaitingProof && p.blocked != nil {
+		if b, lerr := p.s.proof.listBlockers(fctx, p.q, *p.blocked); lerr == nil {
+			p.res.BlockedBy = b
+		} else {
+			p.s.opts.Logger.WarnContext(ctx, "fill: could not name the sessions holding the proof", slog.String("error", lerr.Error()))
+		}
+	}
+	if p.held {
+		handed, ferr := p.s.lease.finishPass(fctx, p.q, p.owner, p.st, p.s.opts.LeaseTTL)
+		switch {
+		case ferr == nil:
+			p.res.HandedOver, p.held = handed, false
+		case errors.Is(ferr, store.ErrBudget) && err == nil:
+			// The lease expires on its own.
+			p.res.TimedOut = ferr.Error()
+		case err == nil && !errors.Is(ferr, errLeaseLost):
+			err = ferr
+		}
+	}
+	p.report()
+	p.res.Statements = p.q.Count()
+	p.res.DurationMS = p.s.opts.Now().Sub(p.start).Milliseconds()
+	if err != nil {
+		p.res.Error = err.Error()
+	}
+	return err
+}
+
+// report copies the state into the result.
+func (p *pass) report() {
+	r, st, now := p.res, p.st, p.s.opts.Now()
+	r.Watermark, r.Head, r.Started = st.Watermark, p.head, st.Started
+	r.Lag, r.StalledAt, r.Cycle, r.Historical = 0, nil, nil, false
+	r.StallAgeSeconds, r.ProofBlockedSeconds = 0, 0
+	if st.Started && r.headRead && p.head > st.Watermark {
+		r.Lag = p.head - st.Watermark
+		next := st.Watermark + 1
+		r.StalledAt = &next
+	}
+	if c := st.Cycle; c != nil {
+		v := &CycleView{From: c.From, FirstSeenAt: c.FirstSeenAt, Historical: c.Historical, Marker: c.Marker}
+		if c.Marker != nil {
+			h := c.MarkerHead
+			v.MarkerHead = &h
+		}
+		r.Cycle, r.Historical = v, c.Historical
+		r.StallAgeSeconds = stallAge(c, now).Seconds()
+	}
+	if st.ProofBlockedSince != nil {
+		r.ProofBlockedSeconds = max(now.Sub(*st.ProofBlockedSince), 0).Seconds()
+	}
+}

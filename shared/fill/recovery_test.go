@@ -1,0 +1,233 @@
+package fill
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
+	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+)
+
+// What a pass does when the database misbehaves: a statement blocked on a
+// lock, a connection killed, a restart, a marker from another cluster.
+// These tests hold locks or xids, or restart the server, so none of them
+// runs in parallel (see fill_test.go).
+
+// lockedBy holds sql (a lock) open in a transaction of its own until the
+// test ends.
+func lockedBy(t *testing.T, db *testdb.DB, sql string) {
+	t.Helper()
+	ctx := context.Background()
+	conn := db.Connect(t)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// loggedPass runs one pass through Handle, as Lambda would, and returns
+// its response and log output.
+func loggedPass(t *testing.T, s *Service) (*Result, string) {
+	t.Helper()
+	var logs syncbuf.Buffer
+	s.opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	ctx, cancel := passContext()
+	defer cancel()
+	res, err := s.Handle(ctx, nil)
+	if err != nil {
+		t.Fatalf("Handle: %v\nlogs:\n%s", err, logs.String())
+	}
+	return res, logs.String()
+}
+
+func assertEndedOnBudget(t *testing.T, res *Result, logs string, budget time.Duration) {
+	t.Helper()
+	if res.WaitingFor() != WaitingBudget {
+		t.Errorf("Waiting = %q, want budget", res.WaitingFor())
+	}
+	if !strings.Contains(res.TimedOut, "statement timeout") {
+		t.Errorf("TimedOut = %q, want the statement the budget ended", res.TimedOut)
+	}
+	if took := time.Duration(res.DurationMS) * time.Millisecond; took > budget+finishAllowance+time.Second {
+		t.Errorf("the pass took %s, want its budget %s and the finish", took, budget)
+	}
+	if !strings.Contains(logs, `"msg":"fill pass"`) || !strings.Contains(logs, `"timed_out"`) {
+		t.Errorf("no pass log line naming the timed-out statement:\n%s", logs)
+	}
+}
+
+func TestLockedFillStateEndsThePassOnItsBudget(t *testing.T) {
+	db := testdb.New(t)
+	started(t, db)
+	lockedBy(t, db, `SELECT * FROM outbox.fill_state FOR UPDATE`)
+	cfg := testConfig()
+	cfg.PassBudget = time.Second
+	res, logs := loggedPass(t, newService(t, db.Pool, cfg, Options{}))
+	assertEndedOnBudget(t, res, logs, cfg.PassBudget)
+}
+
+func TestLockedEventsEndThePassOnItsBudget(t *testing.T) {
+	db := testdb.New(t)
+	started(t, db)
+	burn(t, db, 1)
+	lockedBy(t, db, `LOCK TABLE outbox.events IN ACCESS EXCLUSIVE MODE`)
+	cfg := testConfig()
+	cfg.PassBudget = time.Second
+	res, logs := loggedPass(t, newService(t, db.Pool, cfg, Options{}))
+	assertEndedOnBudget(t, res, logs, cfg.PassBudget)
+	var owner *string
+	if err := db.Pool.QueryRow(context.Background(), `SELECT lease_owner FROM outbox.fill_state`).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	if owner != nil {
+		t.Error("the lease was not given back after the blocked read")
+	}
+}
+
+// poolNamed is a pool whose sessions carry application_name, so a test can
+// find and kill exactly the pass's connections.
+func poolNamed(t *testing.T, db *testdb.DB, app string) *pgxpool.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["application_name"] = app
+	pc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// The function's connection killed with pg_terminate_backend while it
+// polls the proof: the same invocation dials afresh, keeps its marker and
+// fills the gap once the writer is gone.
+func TestConnectionKilledMidProofSameInvocationRecovers(t *testing.T) {
+	db := testdb.New(t)
+	started(t, db)
+	w := openWriter(t, db)
+	gapSeq := w.publish()
+	commit(t, db, 1)
+
+	app := "okt-fill-kill-" + db.Name
+	cfg := testConfig()
+	cfg.Grace, cfg.PassBudget = NoGrace, 8*time.Second
+	await := runPassInBackground(t, newService(t, poolNamed(t, db, app), cfg, Options{}))
+	awaitState(t, db, `cycle_marker IS NOT NULL`) // the pass has its marker and polls
+	var killed int
+	if err := db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	if killed == 0 {
+		t.Fatal("found none of the pass's connections to kill")
+	}
+	if _, ok := rows(t, db)[gapSeq]; ok {
+		t.Fatal("filled while the writer runs")
+	}
+	w.rollback()
+	res := await()
+	if res.Retries < 1 {
+		t.Errorf("Retries = %d, want the killed connection retried", res.Retries)
+	}
+	if res.Filled != 1 {
+		t.Errorf("Filled = %d, want the gap filled by the same invocation", res.Filled)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("MarkersTaken = %d, want the one marker kept across the retry", res.MarkersTaken)
+	}
+	if r, ok := rows(t, db)[gapSeq]; !isPlaceholder(r, ok) {
+		t.Errorf("sequence %d: %+v", gapSeq, r)
+	}
+}
+
+// pg_ctl restart -m fast in the middle of a pass: the same invocation
+// waits for the server within its budget and finishes; nothing committed
+// is lost or overwritten.
+func TestRestartMidPassSameInvocationRecovers(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testdb.New(t)
+	started(t, db)
+	commit(t, db, 3)
+	gapSeq, _ := burn(t, db, 1)
+	commit(t, db, 2)
+	before := rows(t, db)
+
+	cfg := testConfig()
+	cfg.Grace, cfg.PassBudget = time.Second, 20*time.Second
+	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
+	awaitState(t, db, `cycle_first_seen_at IS NOT NULL`) // in its grace
+	out, err := osexec.Command("bash", filepath.Join(root, "infra", "stack", "pg-restart.sh")).CombinedOutput()
+	var exit *osexec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 2 {
+		testenv.Missing(t, strings.TrimSpace(string(out)))
+	}
+	if err != nil {
+		t.Fatalf("restart: %v\n%s", err, out)
+	}
+	res := await()
+	if res.Retries < 1 {
+		t.Errorf("Retries = %d, want the restart retried", res.Retries)
+	}
+	if res.Filled != 1 {
+		t.Errorf("Filled = %d, want the gap at %d filled by the same invocation", res.Filled, gapSeq)
+	}
+	after := rows(t, db)
+	for s, b := range before {
+		a, ok := after[s]
+		if !ok || a.Xmin != b.Xmin || *a.Payload != *b.Payload {
+			t.Errorf("committed row %d changed across the restart: %+v -> %+v", s, b, a)
+		}
+	}
+	if r, ok := after[gapSeq]; !isPlaceholder(r, ok) {
+		t.Errorf("sequence %d: %+v", gapSeq, r)
+	}
+}
+
+// §3.7: a persisted marker at or above the snapshot's xmax was never
+// assigned here (state restored from elsewhere). The pass discards it,
+// says so, takes a fresh one and fills.
+func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
+	db := testdb.New(t)
+	started(t, db)
+	gapSeq, _ := burn(t, db, 1)
+	top := commit(t, db, 1)
+	exec(t, db.Pool, `UPDATE outbox.fill_state SET cycle_from = 1, cycle_first_seen_at = now() - interval '1 hour',
+		cycle_marker = (pg_snapshot_xmax(pg_current_snapshot())::text::bigint + 1000000000)::text::xid8,
+		cycle_marker_head = $1`, top)
+
+	cfg := testConfig()
+	cfg.PassBudget = 3 * time.Second
+	res, logs := loggedPass(t, newService(t, db.Pool, cfg, Options{}))
+	if res.ForeignMarkers != 1 {
+		t.Errorf("ForeignMarkers = %d, want 1", res.ForeignMarkers)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("MarkersTaken = %d, want a fresh marker", res.MarkersTaken)
+	}
+	if res.Filled != 1 {
+		t.Errorf("Filled = %d, want the gap at %d filled: %v", res.Filled, gapSeq, res)
+	}
+	if !strings.Contains(logs, "not this cluster's") {
+		t.Errorf("no log line about the discarded marker:\n%s", logs)
+	}
+}
