@@ -16,10 +16,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"gopkg.in/yaml.v3"
 
+	"github.com/outboxkeeper/outboxkeeper/infra/local"
+	"github.com/outboxkeeper/outboxkeeper/shared/budget"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
@@ -379,7 +382,8 @@ func checkQueueConsumers(tpl *template) []string {
 	return problems
 }
 
-// checkScheduled: a scheduled pass runs one at a time.
+// checkScheduled: a scheduled pass runs one at a time, except the fill,
+// whose watching passes overlap for the moment of the hand-over.
 func checkScheduled(tpl *template) []string {
 	var problems []string
 	scheduled := 0
@@ -388,12 +392,60 @@ func checkScheduled(tpl *template) []string {
 			continue
 		}
 		scheduled++
-		if n, _ := number(tpl.property(fn, "ReservedConcurrentExecutions")); n != 1 {
-			problems = append(problems, fn+": scheduled, but ReservedConcurrentExecutions is not 1")
+		want := 1
+		if fn == "FillFunction" {
+			want = 2
+		}
+		if n, _ := number(tpl.property(fn, "ReservedConcurrentExecutions")); n != want {
+			problems = append(problems, fmt.Sprintf("%s: scheduled, but ReservedConcurrentExecutions is not %d", fn, want))
 		}
 	}
 	if scheduled < 2 {
 		problems = append(problems, "fewer than two scheduled functions (FillFunction and SweepFunction should be)")
+	}
+	return problems
+}
+
+// watchSlack is how late an invocation may come without a moment going
+// unwatched: a watching pass must outlast the schedule's period by this.
+const watchSlack = 10 * time.Second
+
+// checkWatchCoverage: with the parameters' defaults, some fill pass is
+// watching at every moment the schedule is enabled. Each pass may run
+// min(FILL_PASS_BUDGET, timeout - 2s), which must exceed the schedule's
+// period with slack, and two may run at once for the hand-over.
+func checkWatchCoverage(tpl *template) []string {
+	const fn = "FillFunction"
+	e := tpl.evaluator(scenarios[0])
+	env := e.environment(fn)
+	if env["FILL_WATCH"] != "true" {
+		return []string{fn + ": FILL_WATCH does not default to true"}
+	}
+	cfg, err := config.LoadFill(config.FromMap(env))
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", fn, err)}
+	}
+	timeout, ok := number(tpl.property(fn, "Timeout"))
+	if !ok {
+		return []string{fn + ": Timeout is not a literal number"}
+	}
+	evs := tpl.events(fn, "ScheduleV2")
+	if len(evs) != 1 {
+		return []string{fn + ": want exactly one ScheduleV2 event"}
+	}
+	expr, _ := evs[0]["ScheduleExpression"].(string)
+	period, err := local.ParseRate(expr)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", fn, err)}
+	}
+	pass := min(cfg.PassBudget, time.Duration(timeout)*time.Second-budget.Margin)
+	var problems []string
+	if pass < period+watchSlack {
+		problems = append(problems, fmt.Sprintf("%s: a pass may watch %s, not the schedule's %s plus %s of slack: some minutes would go unwatched",
+			fn, pass, period, watchSlack))
+	}
+	if n, _ := number(tpl.property(fn, "ReservedConcurrentExecutions")); n < 2 {
+		problems = append(problems, fn+": the hand-over needs two concurrent executions")
 	}
 	return problems
 }
@@ -411,6 +463,14 @@ var scenarios = []scenario{
 		"DatabaseUser":       "outboxkeeper",
 		"DatabaseResourceId": "prx-0123456789abcdef0",
 	}},
+}
+
+// templateSets are the variables whose template default deliberately
+// differs from the code's default, with the value the template gives.
+var templateSets = map[string]map[string]string{
+	// A watching pass must outlast the schedule's minute (see
+	// checkWatchCoverage); the code's 20s default is a bounded pass's.
+	"fill": {"FILL_PASS_BUDGET": "85s"},
 }
 
 // checkEnvironment: in every database mode, each function gets only
@@ -451,7 +511,7 @@ func checkEnvironment(tpl *template) []string {
 				problems = append(problems, where+": the IAM DATABASE_URL must require TLS")
 			}
 			got, err := load(short, env)
-			want, _ := load(short, nil)
+			want, _ := load(short, templateSets[short])
 			if c, ok := got.(config.Compensate); ok {
 				if c.DLQURL == "" {
 					problems = append(problems, where+": COMPENSATE_DLQ_URL is not set")
@@ -523,6 +583,7 @@ func allChecks(tpl *template, makefile string, calls map[string][]string) []stri
 	p = append(p, checkMakefileTargets(tpl, makefile)...)
 	p = append(p, checkQueueConsumers(tpl)...)
 	p = append(p, checkScheduled(tpl)...)
+	p = append(p, checkWatchCoverage(tpl)...)
 	p = append(p, checkEnvironment(tpl)...)
 	return p
 }
@@ -579,8 +640,14 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{name: "no partial batch response", old: "FunctionResponseTypes: [ReportBatchItemFailures]", new: "FunctionResponseTypes: []",
 			want: "lacks FunctionResponseTypes"},
 		{name: "scheduled without reserved concurrency",
-			old: "      # One pass at a time: a second would only wait on the lease.\n      ReservedConcurrentExecutions: 1\n", new: "",
-			want: "FillFunction: scheduled, but ReservedConcurrentExecutions is not 1"},
+			old: "      # Concurrent sweeps would be correct (compare-and-set, SKIP LOCKED) but\n      # only double the load.\n      ReservedConcurrentExecutions: 1\n", new: "",
+			want: "SweepFunction: scheduled, but ReservedConcurrentExecutions is not 1"},
+		{name: "fill without the hand-over's concurrency", old: "      ReservedConcurrentExecutions: 2\n", new: "      ReservedConcurrentExecutions: 1\n",
+			want: "FillFunction: the hand-over needs two concurrent executions"},
+		{name: "fill budget within the schedule's period", old: "    Default: 85s\n", new: "    Default: 55s\n",
+			want: "some minutes would go unwatched"},
+		{name: "fill timeout cuts the watch short", old: "      Timeout: 90\n", new: "      Timeout: 60\n",
+			want: "some minutes would go unwatched"},
 		{name: "variable no function reads", old: "FILL_GRACE: !Ref FillGrace", new: "FILL_GRACE: !Ref FillGrace\n          FILL_TYPO: x",
 			want: "sets FILL_TYPO"},
 		{name: "variable for another function", old: "SWEEP_PASS_BUDGET: !Ref SweepPassBudget", new: "SWEEP_PASS_BUDGET: !Ref SweepPassBudget\n          FILL_GRACE: 2s",
@@ -596,7 +663,8 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{name: "default differs from the code", old: "    Default: 2s\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
 			new:  "    Default: 3s\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
 			want: "parameter defaults give"},
-		{name: "invalid value", old: "Default: 500ms", new: "Default: soon",
+		{name: "invalid value", old: "    Default: 500ms\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: COMPENSATE_RETRY_INTERVAL",
+			new:  "    Default: soon\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: COMPENSATE_RETRY_INTERVAL",
 			want: "COMPENSATE_RETRY_INTERVAL"},
 		{name: "queue action missing", old: "                  - sqs:GetQueueUrl\n", new: "",
 			want: "CompensateFunction: needs sqs:GetQueueUrl"},
