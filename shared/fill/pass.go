@@ -48,9 +48,9 @@ type pass struct {
 	hardEnd time.Time // the last statements end by this
 	res     *Result
 
-	held      bool
-	st        State
-	head      int64
+	held bool
+	st   State
+	head int64
 	// dirty: the cycle or the proof changed, which a checkpoint writes at
 	// once (a hand-over or a crash must not lose a stall's first sighting
 	// or a blocked proof). A watermark that only moved on waits for the
