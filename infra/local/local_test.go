@@ -42,6 +42,36 @@ func TestReadTemplate(t *testing.T) {
 	if tm.BatchingWindow < 0 || tm.BatchingWindow > 300*time.Second {
 		t.Errorf("batching window %s", tm.BatchingWindow)
 	}
+	if tm.FillSchedule != time.Minute || tm.SweepSchedule != time.Minute {
+		t.Errorf("schedules fill %s sweep %s, want the template's rate(1 minute)", tm.FillSchedule, tm.SweepSchedule)
+	}
+	if tm.FillConcurrency != 2 {
+		t.Errorf("fill concurrency %d, want 2 (the hand-over)", tm.FillConcurrency)
+	}
+	if got := tm.Env["fill"]["FILL_PASS_BUDGET"]; got != "85s" {
+		t.Errorf("fill's FILL_PASS_BUDGET from the template = %q, want its parameter default 85s", got)
+	}
+	if got := tm.Env["sweep"]["OUTBOX_SCHEMA"]; got != "outbox" {
+		t.Errorf("sweep's OUTBOX_SCHEMA from Globals = %q, want outbox", got)
+	}
+	if _, ok := tm.Env["fill"]["DATABASE_URL"]; ok {
+		t.Error("a value the template computes (!If) was taken for a literal")
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for expr, want := range map[string]time.Duration{
+		"rate(1 minute)": time.Minute, "rate(5 minutes)": 5 * time.Minute, "rate(1 hour)": time.Hour, "rate(2 days)": 48 * time.Hour,
+	} {
+		if got, err := ParseRate(expr); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %s, %v; want %s", expr, got, err, want)
+		}
+	}
+	for _, bad := range []string{"cron(0 * * * ? *)", "rate(0 minutes)", "rate(1 fortnight)", "rate(minute)"} {
+		if _, err := ParseRate(bad); err == nil {
+			t.Errorf("ParseRate(%q) accepted", bad)
+		}
+	}
 }
 
 func TestReadTemplateNamesWhatIsMissing(t *testing.T) {

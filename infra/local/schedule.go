@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 )
 
@@ -38,18 +39,42 @@ func invoke(ctx context.Context, f *Function, event []byte, observe Observer) (j
 	return resp, err
 }
 
-// Schedule plays an EventBridge Scheduler rule for f: it invokes f with
-// input at once and then every interval until ctx ends.
-//
-// One invocation at a time, as the template's ReservedConcurrentExecutions
-// 1 gives: a tick that comes while a pass still runs is dropped (the
-// Ticker drops it), as Lambda would throttle it and the schedule's
-// MaximumRetryAttempts 0 would not retry it.
-func Schedule(ctx context.Context, f *Function, input []byte, every time.Duration, observe Observer) {
+// maxEventAge is the schedules' MaximumEventAgeInSeconds: an invocation
+// that finds every execution environment busy waits this long for one (as
+// Lambda's asynchronous queue holds a throttled event), then is dropped.
+const maxEventAge = 60 * time.Second
+
+// Schedule plays an EventBridge Scheduler schedule for one function: at
+// once and then every interval until ctx ends, it invokes the function with
+// input, asynchronously, as Scheduler does. fns are the function's
+// execution environments, as many as its reserved concurrency: an
+// invocation runs on a free one, so the fill's watching pass and the next
+// minute's invocation run side by side for the hand-over, and a further
+// one waits, as Lambda would throttle it.
+func Schedule(ctx context.Context, fns []*Function, input []byte, every time.Duration, observe Observer) {
+	free := make(chan *Function, len(fns))
+	for _, f := range fns {
+		free <- f
+	}
+	var running sync.WaitGroup
+	defer running.Wait()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		_, _ = invoke(ctx, f, input, observe)
+		running.Go(func() {
+			wait := time.NewTimer(maxEventAge)
+			defer wait.Stop()
+			select {
+			case f := <-free:
+				_, _ = invoke(ctx, f, input, observe)
+				free <- f
+			case <-wait.C:
+				if observe != nil {
+					observe(Invocation{Function: fns[0].Name, Start: time.Now(), Error: "throttled: every execution environment stayed busy for the event's maximum age"})
+				}
+			case <-ctx.Done():
+			}
+		})
 		select {
 		case <-ctx.Done():
 			return

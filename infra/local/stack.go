@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,11 +31,13 @@ type Options struct {
 	Schema             string
 	// QueueName names the report queue (and QueueName-dlq).
 	QueueName string
-	// Schedule is how often fill and sweep are invoked (the template says
-	// rate(1 minute); locally a few seconds shows more in less time).
-	Schedule time.Duration
+	// ScheduleOverride, when set, invokes fill and sweep this often
+	// instead of on the template's schedules: a quicker look, not what a
+	// deployment does, and never the source of a documented figure.
+	ScheduleOverride time.Duration
 	// Tuning gives FILL_*, SWEEP_* and COMPENSATE_* values to use when the
-	// driver's own environment does not set them.
+	// driver's own environment does not set them; nil runs the template's
+	// defaults.
 	Tuning map[string]string
 	// WorkDir receives the bootstraps and the functions' logs.
 	WorkDir string
@@ -52,9 +55,10 @@ type Stack struct {
 	SQS         *sqs.Client
 	Queues      Queues
 	// Functions holds one instance of each function (the one `make up`
-	// prints); Compensators every compensate instance, the first being
-	// Functions["compensate"].
+	// prints); Fillers and Compensators every fill and compensate
+	// instance, the first being the one in Functions.
 	Functions    map[string]*Function
+	Fillers      []*Function
 	Compensators []*Function
 	Mapping      *Mapping
 	LogDir       string
@@ -102,10 +106,15 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	}
 	for _, fn := range Functions {
 		// rie serves one invocation at a time, so compensate gets as many
-		// instances as the template's MaximumConcurrency lets Lambda run.
+		// instances as the template's MaximumConcurrency lets Lambda run,
+		// and the fill as many as its reserved concurrency (two: a watching
+		// pass and the next invocation it hands over to).
 		instances := 1
-		if fn == "compensate" {
+		switch fn {
+		case "compensate":
 			instances = s.Template.MaxConcurrency
+		case "fill":
+			instances = s.Template.FillConcurrency
 		}
 		for i := 1; i <= instances; i++ {
 			logName := fn + ".log"
@@ -124,8 +133,11 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 			if i == 1 {
 				s.Functions[fn] = f
 			}
-			if fn == "compensate" {
+			switch fn {
+			case "compensate":
 				s.Compensators = append(s.Compensators, f)
+			case "fill":
+				s.Fillers = append(s.Fillers, f)
 			}
 		}
 	}
@@ -136,14 +148,33 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	return s, nil
 }
 
-// Run plays EventBridge for fill and sweep and the event source mapping for
-// compensate until ctx ends.
+// Run plays EventBridge Scheduler for fill and sweep and the event source
+// mapping for compensate until ctx ends.
 func (s *Stack) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() { Schedule(ctx, s.Functions["fill"], s.Template.FillInput, s.Schedule, s.Observe) })
-	wg.Go(func() { Schedule(ctx, s.Functions["sweep"], s.Template.SweepInput, s.Schedule, s.Observe) })
+	wg.Go(func() { Schedule(ctx, s.Fillers, s.Template.FillInput, s.FillEvery(), s.Observe) })
+	wg.Go(func() {
+		Schedule(ctx, []*Function{s.Functions["sweep"]}, s.Template.SweepInput, s.SweepEvery(), s.Observe)
+	})
 	wg.Go(func() { s.Mapping.Run(ctx) })
 	wg.Wait()
+}
+
+// FillEvery and SweepEvery are the periods Run invokes them with: the
+// template's schedules unless ScheduleOverride says otherwise.
+func (s *Stack) FillEvery() time.Duration { return cmp.Or(s.ScheduleOverride, s.Template.FillSchedule) }
+func (s *Stack) SweepEvery() time.Duration {
+	return cmp.Or(s.ScheduleOverride, s.Template.SweepSchedule)
+}
+
+// ScheduleNote says where the schedules come from, for the output of the
+// demo and of make up.
+func (s *Stack) ScheduleNote() string {
+	if s.ScheduleOverride > 0 {
+		return fmt.Sprintf("fill and sweep every %s: an override, not the template's schedules (fill %s, sweep %s)",
+			s.ScheduleOverride, s.Template.FillSchedule, s.Template.SweepSchedule)
+	}
+	return fmt.Sprintf("fill every %s, sweep every %s: the template's schedules", s.Template.FillSchedule, s.Template.SweepSchedule)
 }
 
 // Close stops every rie it started and closes the logs. Queues and the
@@ -153,7 +184,7 @@ func (s *Stack) Close() {
 	for _, f := range s.Functions {
 		wg.Go(f.Stop)
 	}
-	for _, f := range s.Compensators {
+	for _, f := range append(slices.Clone(s.Compensators), s.Fillers...) {
 		wg.Go(f.Stop) // the first is in Functions too; Stop is idempotent
 	}
 	wg.Wait()
@@ -166,13 +197,17 @@ func (s *Stack) Close() {
 // function Environment would give it, pointed at the local stack; rie adds
 // what Lambda itself sets, and nothing else of the driver's environment.
 func (s *Stack) env(fn string) map[string]string {
+	timeout, memory := s.Template.FunctionTimeout, s.Template.FunctionMemory
+	if fn == "fill" {
+		timeout, memory = s.Template.FillTimeout, s.Template.FillMemory
+	}
 	env := map[string]string{
 		"DATABASE_URL":  s.DatabaseURL,
 		"OUTBOX_SCHEMA": s.Schema,
 		// The template's timeout, not rie's default: rie enforces it and
 		// passes the deadline to the function, as Lambda does.
-		"AWS_LAMBDA_FUNCTION_TIMEOUT":     strconv.Itoa(int(s.Template.FunctionTimeout.Seconds())),
-		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
+		"AWS_LAMBDA_FUNCTION_TIMEOUT":     strconv.Itoa(int(timeout.Seconds())),
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": strconv.Itoa(memory),
 		"AWS_REGION":                      s.Region,
 		"AWS_DEFAULT_REGION":              s.Region,
 	}
@@ -186,8 +221,9 @@ func (s *Stack) env(fn string) map[string]string {
 		env["COMPENSATE_DLQ_URL"] = s.Queues.DLQURL
 	}
 	// The tunables this function reads (config.Variables is the list the
-	// config package itself reads): the driver's environment wins over
-	// the caller's defaults.
+	// config package itself reads): what the template sets with its
+	// parameters' defaults, unless the driver's environment or the
+	// caller's Tuning says otherwise.
 	for _, v := range config.Variables() {
 		if !slices.Contains(v.UsedBy, fn) || len(v.UsedBy) > 1 || v.Name == "COMPENSATE_DLQ_URL" {
 			continue
@@ -196,10 +232,15 @@ func (s *Stack) env(fn string) map[string]string {
 			env[v.Name] = val
 		} else if val, ok := s.Tuning[v.Name]; ok {
 			env[v.Name] = val
+		} else if val, ok := s.Template.Env[fn][v.Name]; ok {
+			env[v.Name] = val
 		}
 	}
 	return env
 }
+
+// FunctionEnv is the environment fn runs with.
+func (s *Stack) FunctionEnv(fn string) map[string]string { return s.env(fn) }
 
 // findRIE is AWS_LAMBDA_RIE, which infra/stack/up.sh writes to
 // .local/stack.env with the pinned emulator it installs; rie.Start checks

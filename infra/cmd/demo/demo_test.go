@@ -15,15 +15,18 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 )
 
-// TestDemo runs `make demo` for 20 seconds against the local stack — the
-// real bootstraps under rie, fauxqs, PostgreSQL — and requires every check
-// of the verdict to pass: committed events consumed exactly once and in
-// order, every rolled-back sequence filled (by compensate when reported,
-// by fill when not), deliveries settled with each lost ack swept back once,
-// no dead letters, no failed invocation.
+// TestDemo runs `make demo` with a 20-second workload against the local
+// stack — the real bootstraps under rie, fauxqs, PostgreSQL — on the
+// template's own schedules and settings, and requires every check of the
+// verdict to pass: committed events consumed exactly once and in order,
+// every rolled-back sequence filled (by compensate when reported, by the
+// watching fill within its promised bound when not), deliveries settled
+// with each lost ack swept back once, no dead letters, no failed
+// invocation. The drain waits for the sweep: a lost ack is stuck after the
+// template's 60 s, and the sweep runs once a minute.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
-		testenv.Skip(t, "runs the demo for 20s")
+		testenv.Skip(t, "runs the demo for two minutes")
 	}
 	// The driver reads the stack from the environment (the AWS SDK does
 	// too), so take what is missing from .local/stack.env.
@@ -36,7 +39,7 @@ func TestDemo(t *testing.T) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	cfg := demoConfig{
-		Duration: 20 * time.Second, Schedule: 2 * time.Second, Drain: 25 * time.Second,
+		Duration: 20 * time.Second, Drain: 150 * time.Second,
 		// Two holds within the run: one reported, one crashed.
 		Hold: 4 * time.Second, HoldEvery: 6 * time.Second,
 		Publishers: 3,
@@ -47,7 +50,7 @@ func TestDemo(t *testing.T) {
 	}
 	t.Cleanup(func() { dropDatabase(t, cfg.Database) })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	ok, err := run(ctx, cfg, &out, local.NewStatusLine(os.Stderr))

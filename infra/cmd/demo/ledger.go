@@ -17,6 +17,9 @@ type ledger struct {
 	errs       []string
 	errCount   int
 	publishedN int64
+	// held are the long transactions the holder kept open: they hold the
+	// xid horizon back, so the fill's latency bound depends on them.
+	held []interval
 
 	committedN, reportedN, unreportedN atomic.Int64
 	// lostAcks counts deliveries the relay pushed but never acked (or whose
@@ -31,6 +34,15 @@ type rollback struct {
 	at       time.Time
 	reported bool
 	how      string
+}
+
+// interval is when a transaction began and ended.
+type interval struct{ begin, end time.Time }
+
+func (l *ledger) hold(begin, end time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held = append(l.held, interval{begin, end})
 }
 
 func newLedger() *ledger {
@@ -78,8 +90,8 @@ func (l *ledger) published() int64 {
 }
 
 // snapshot copies the sets for the verdict, after the workload stopped.
-func (l *ledger) snapshot() (committed map[int64]bool, abandoned map[int64]rollback, errCount int, errs []string) {
+func (l *ledger) snapshot() (committed map[int64]bool, abandoned map[int64]rollback, held []interval, errCount int, errs []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.committed, l.abandoned, l.errCount, append([]string(nil), l.errs...)
+	return l.committed, l.abandoned, append([]interval(nil), l.held...), l.errCount, append([]string(nil), l.errs...)
 }

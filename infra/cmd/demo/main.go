@@ -7,13 +7,17 @@
 // Environment (besides .local/stack.env):
 //
 //	DEMO_DURATION    how long the publishers run (default 60s)
-//	DEMO_SCHEDULE    how often fill and sweep are invoked (default 3s)
-//	DEMO_DRAIN       the longest wait for everything to settle (default 30s)
+//	DEMO_SCHEDULE    invoke fill and sweep this often instead of on the
+//	                 template's schedules (a quicker look; the output says so)
+//	DEMO_DRAIN       the longest wait for everything to settle (default 150s:
+//	                 a lost ack waits SWEEP_STUCK_AFTER, then the next sweep)
 //	DEMO_HOLD        how long the long transaction stays open (default 6s)
 //	DEMO_PUBLISHERS  publisher goroutines (default 4)
 //	DEMO_DATABASE    database created anew on the stack's server (default outboxkeeper_demo)
 //
-// FILL_*, SWEEP_* and COMPENSATE_* are passed on to the functions.
+// The functions run with the template's settings (its schedules, timeouts,
+// memory, concurrency and parameter defaults); FILL_*, SWEEP_* and
+// COMPENSATE_* set here override them, and the output lists them.
 package main
 
 import (
@@ -56,7 +60,7 @@ func main() {
 
 func loadConfig() (demoConfig, error) {
 	cfg := demoConfig{
-		Duration: 60 * time.Second, Schedule: 3 * time.Second, Drain: 30 * time.Second,
+		Duration: 60 * time.Second, Drain: 150 * time.Second,
 		Hold: 6 * time.Second, HoldEvery: 15 * time.Second, Publishers: 4,
 		Database: "outboxkeeper_demo",
 	}

@@ -185,6 +185,7 @@ func holder(ob *outbox.Outbox, pool *pgxpool.Pool, l *ledger, hold, every time.D
 		return
 	}
 	for i := 0; ; i++ {
+		begin := time.Now()
 		if i%2 == 0 {
 			var seqs []int64
 			var at time.Time
@@ -199,6 +200,7 @@ func holder(ob *outbox.Outbox, pool *pgxpool.Pool, l *ledger, hold, every time.D
 			})
 			if errors.Is(err, errHeld) {
 				l.abandon(seqs, at, true, "held")
+				l.hold(begin, at)
 			} else {
 				l.fail("held transaction", err)
 			}
@@ -210,10 +212,12 @@ func holder(ob *outbox.Outbox, pool *pgxpool.Pool, l *ledger, hold, every time.D
 				seqs, err := ob.Publish(ctx, tx, "demo.batch", map[string]string{"held": "crashed"})
 				wait(hold)
 				_ = tx.Rollback(ctx)
+				end := time.Now()
+				l.hold(begin, end)
 				if err != nil {
 					l.fail("held transaction: publish", err)
 				} else {
-					l.abandon(seqs, time.Now(), false, "held-crash")
+					l.abandon(seqs, end, false, "held-crash")
 				}
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,15 +32,11 @@ type demoConfig struct {
 	WorkDir                   string
 }
 
-// demoTuning is the functions' configuration for a one-minute demo: the
-// template's defaults are made for minutes (a 60 s stuck threshold would
-// not show a single reset), so grace and thresholds shrink to seconds.
-var demoTuning = map[string]string{
-	"FILL_GRACE":        "1s",
-	"FILL_PASS_BUDGET":  "5s",
-	"SWEEP_STUCK_AFTER": "3s",
-	"SWEEP_PASS_BUDGET": "5s",
-}
+// lossStopsBefore: the relay stops losing acks this long before the
+// publishers stop, so the last lost ack is stuck in time for the sweep that
+// runs SWEEP_STUCK_AFTER after the end of the run, rather than the one a
+// schedule period later.
+const lossStopsBefore = 5 * time.Second
 
 // errInterrupted is returned when the context ends (Ctrl-C) mid-run.
 var errInterrupted = errors.New("interrupted")
@@ -73,8 +70,8 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 		Schema: config.DefaultSchema,
 		// A queue per run: a report left from an earlier run would point
 		// at sequences of a database that no longer exists.
-		QueueName: fmt.Sprintf("outboxkeeper-demo-%d", time.Now().UnixNano()),
-		Schedule:  cfg.Schedule, Tuning: demoTuning, WorkDir: cfg.WorkDir, Observe: invlog.observe,
+		QueueName:        fmt.Sprintf("outboxkeeper-demo-%d", time.Now().UnixNano()),
+		ScheduleOverride: cfg.Schedule, WorkDir: cfg.WorkDir, Observe: invlog.observe,
 	})
 	if err != nil {
 		return false, err
@@ -84,8 +81,14 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	fmt.Fprintf(out, "  database   %s\n  queue      %s\n  functions  fill %s, sweep %s, compensate %s\n  logs       %s\n",
 		stack.DatabaseURL, stack.Queues.URL, stack.Functions["fill"].URL, stack.Functions["sweep"].URL,
 		stack.Functions["compensate"].URL, stack.LogDir)
-	fmt.Fprintf(out, "  schedule   fill and sweep every %s with the template's Input; compensate from SQS (batch %d, window %s)\n",
-		cfg.Schedule, stack.Template.BatchSize, stack.Template.BatchingWindow)
+	fmt.Fprintf(out, "  schedule   %s; compensate from SQS (batch %d, window %s, %d at once)\n",
+		stack.ScheduleNote(), stack.Template.BatchSize, stack.Template.BatchingWindow, len(stack.Compensators))
+	fillCfg, err := config.LoadFill(config.FromMap(stack.FunctionEnv("fill")))
+	if err != nil {
+		return false, err
+	}
+	fmt.Fprintf(out, "  settings   the template's (fill: watch %v, grace %s, tick %s, budget %s; %d at once)%s\n",
+		!fillCfg.Bounded, fillCfg.Grace, fillCfg.Tick, fillCfg.PassBudget, len(stack.Fillers), overrides())
 	fmt.Fprintf(out, "  workload   %d publishers for %s, one transaction held %s every %s; then drain up to %s\n\n",
 		cfg.Publishers, cfg.Duration, cfg.Hold, cfg.HoldEvery, cfg.Drain)
 
@@ -138,6 +141,8 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	stopLosses := time.AfterFunc(max(cfg.Duration-lossStopsBefore, 0), func() { rel.lossPct.Store(0) })
+	defer stopLosses.Stop()
 	interrupted := waitOrTick(ctx, time.After(cfg.Duration), tick.C, func() { show("run", start) })
 	close(stop)
 	writers.Wait()
@@ -179,12 +184,29 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	if err != nil {
 		return false, err
 	}
+	o.fill = fillCfg
 	fmt.Fprintln(out, "\nverdict")
 	ok := local.PrintVerdict(out, o.checks())
 	fmt.Fprintln(out, "\nrollback → placeholder latency (placeholder recorded_at − client rollback time)")
 	o.latencies(out)
 	fmt.Fprintf(out, "\nthe database %s is kept for inspection; function logs are in %s\n", cfg.Database, stack.LogDir)
 	return ok, nil
+}
+
+// overrides lists the function settings the driver's environment sets
+// over the template's, for the output: a figure taken with them is not
+// what a deployment gets.
+func overrides() string {
+	var set []string
+	for _, v := range config.Variables() {
+		if val, ok := os.LookupEnv(v.Name); ok && (strings.HasPrefix(v.Name, "FILL_") || strings.HasPrefix(v.Name, "SWEEP_") || strings.HasPrefix(v.Name, "COMPENSATE_")) {
+			set = append(set, v.Name+"="+val)
+		}
+	}
+	if len(set) == 0 {
+		return ""
+	}
+	return ", overridden: " + strings.Join(set, " ")
 }
 
 // waitOrTick calls onTick on every tick until done fires (false) or ctx
@@ -231,7 +253,7 @@ func statusLine(ctx context.Context, phase string, elapsed time.Duration, l *led
 func gather(ctx context.Context, l *ledger, c *consumer, rel *relay, obs *observer, ob *outbox.Outbox, stack *local.Stack, invlog *invocationLog) (outcome, error) {
 	var o outcome
 	var err error
-	o.committed, o.abandoned, o.errCount, o.errs = l.snapshot()
+	o.committed, o.abandoned, o.held, o.errCount, o.errs = l.snapshot()
 	o.consumer = c.view(true)
 	if o.consumer.Head, err = ob.Head(ctx); err != nil {
 		return o, err

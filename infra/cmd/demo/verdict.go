@@ -7,12 +7,15 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
+	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 )
 
 // outcome is everything the verdict judges, gathered after the run.
 type outcome struct {
 	committed    map[int64]bool
 	abandoned    map[int64]rollback
+	held         []interval
+	fill         fill.Config
 	placeholders map[int64]placeholder
 	consumer     consumerView
 	missing      int64
@@ -75,6 +78,10 @@ func (o outcome) checks() []local.Check {
 		"%d rolled back (%d reported, %d unreported): %d placeholders (fill %d, compensate %d), %d unexplained",
 		len(o.abandoned), reported, len(o.abandoned)-reported, filled,
 		o.consumer.ByPath["fill"], o.consumer.ByPath["compensate"], stray)
+	within, late, worst := o.unreportedWithinBound()
+	add("unreported rollbacks filled in time", late == 0,
+		"%d within grace %s + tick %s (+ the end of an older open transaction) + %s, %d late%s",
+		within, o.fill.Grace, o.fill.Tick, latencyAllowance, late, worst)
 	add("no gap left", o.missing == 0 && o.consumer.Pos == o.consumer.Head,
 		"consumer at %d, head %d, %d missing; longest stall %.1fs",
 		o.consumer.Pos, o.consumer.Head, o.missing, o.consumer.MaxStall.Seconds())
@@ -101,6 +108,54 @@ func (o outcome) checks() []local.Check {
 	}
 	add("workload errors", o.errCount == 0, "%s", detail)
 	return checks
+}
+
+// latencyAllowance is added to the fill's promise: the statements between
+// seeing a gap and writing it (head read, page, marker, proof, insert), and
+// the tick on which a proof that waited for an old transaction sees it end.
+const latencyAllowance = time.Second
+
+// fillBound is when the fill promises a placeholder for a sequence a
+// crashed writer rolled back at t: within the grace and a tick, unless a
+// transaction that began before then (so older than the marker that can
+// cover it) was still open; then within a tick of that transaction's end.
+// Plus latencyAllowance.
+func fillBound(t time.Time, grace, tick time.Duration, held []interval) time.Time {
+	due := t.Add(grace + tick)
+	// To a fixed point: once one transaction has pushed the marker past its
+	// end, another that began before that end can hold the next one.
+	for moved := true; moved; {
+		moved = false
+		for _, h := range held {
+			if h.begin.Before(due) && h.end.After(t) && h.end.Add(tick).After(due) {
+				due, moved = h.end.Add(tick), true
+			}
+		}
+	}
+	return due.Add(latencyAllowance)
+}
+
+// unreportedWithinBound judges every unreported rollback against
+// fillBound; worst describes the latest one.
+func (o outcome) unreportedWithinBound() (within, late int, worst string) {
+	var excess time.Duration
+	for seq, rb := range o.abandoned {
+		p, ok := o.placeholders[seq]
+		if rb.reported || !ok {
+			continue // reported ones are compensate's; missing ones fail "filled"
+		}
+		bound := fillBound(rb.at, max(o.fill.Grace, 0), o.fill.Tick, o.held)
+		if p.RecordedAt.After(bound) {
+			late++
+			excess = max(excess, p.RecordedAt.Sub(bound))
+			continue
+		}
+		within++
+	}
+	if late > 0 {
+		worst = fmt.Sprintf(" (worst %.2fs past its bound)", excess.Seconds())
+	}
+	return within, late, worst
 }
 
 // latencies prints rollback→placeholder latency (placeholder recorded_at

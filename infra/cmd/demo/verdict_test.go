@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
+	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 )
 
 // healthy is an outcome every check passes: 1..4 committed and consumed
@@ -12,10 +13,14 @@ import (
 func healthy() outcome {
 	at := time.Unix(1000, 0)
 	return outcome{
-		committed:    map[int64]bool{1: true, 2: true, 3: true, 4: true},
-		abandoned:    map[int64]rollback{5: {at: at, reported: true}},
-		placeholders: map[int64]placeholder{5: {FilledBy: "compensate", RecordedAt: at.Add(time.Second)}},
-		consumer: consumerView{Pos: 5, Head: 5, ByPath: map[string]int{"compensate": 1},
+		committed: map[int64]bool{1: true, 2: true, 3: true, 4: true},
+		abandoned: map[int64]rollback{5: {at: at, reported: true}, 6: {at: at}},
+		placeholders: map[int64]placeholder{
+			5: {FilledBy: "compensate", RecordedAt: at.Add(time.Second)},
+			6: {FilledBy: "fill", RecordedAt: at.Add(2500 * time.Millisecond)},
+		},
+		fill: fill.Config{Grace: 2 * time.Second, Tick: 500 * time.Millisecond},
+		consumer: consumerView{Pos: 6, Head: 6, ByPath: map[string]int{"compensate": 1, "fill": 1},
 			Seen: map[int64]int{1: 1, 2: 1, 3: 1, 4: 1}},
 		deliveries: deliveryCounts{Total: 1, Acked: 1, Reset: 1},
 		enqueued:   1, lostAcks: 1,
@@ -44,11 +49,14 @@ func TestChecks(t *testing.T) {
 		"consumed in order":                      func(o *outcome) { o.consumer.OutOfOrder = 1 },
 		"every rolled-back sequence filled":      func(o *outcome) { delete(o.placeholders, 5) },
 		"no gap left":                            func(o *outcome) { o.missing = 1 },
-		"deliveries settled":                     func(o *outcome) { o.deliveries.Open = 1 },
-		"every lost ack swept back once":         func(o *outcome) { o.deliveries.Reset = 2 },
-		"report queues drained":                  func(o *outcome) { o.dlqDepth = 1 },
-		"function invocations succeeded":         func(o *outcome) { o.invokeErrs["fill"] = 1 },
-		"workload errors":                        func(o *outcome) { o.errCount = 1 },
+		"unreported rollbacks filled in time": func(o *outcome) {
+			o.placeholders[6] = placeholder{FilledBy: "fill", RecordedAt: o.abandoned[6].at.Add(4 * time.Second)}
+		},
+		"deliveries settled":             func(o *outcome) { o.deliveries.Open = 1 },
+		"every lost ack swept back once": func(o *outcome) { o.deliveries.Reset = 2 },
+		"report queues drained":          func(o *outcome) { o.dlqDepth = 1 },
+		"function invocations succeeded": func(o *outcome) { o.invokeErrs["fill"] = 1 },
+		"workload errors":                func(o *outcome) { o.errCount = 1 },
 	}
 	for want, breakIt := range cases {
 		o := healthy()
@@ -64,6 +72,24 @@ func TestChecks(t *testing.T) {
 	o.placeholders[9] = placeholder{FilledBy: "fill"}
 	if got := failing(o.checks()); len(got) != 2 {
 		t.Errorf("missing event and stray placeholder fail %v", got)
+	}
+}
+
+// A transaction held open across a crashed writer's rollback moves its
+// bound to the held transaction's end plus a tick.
+func TestFillBoundWaitsForAnOlderOpenTransaction(t *testing.T) {
+	at := time.Unix(1000, 0)
+	grace, tick := 2*time.Second, 500*time.Millisecond
+	if got, want := fillBound(at, grace, tick, nil), at.Add(3500*time.Millisecond); !got.Equal(want) {
+		t.Errorf("nothing open: bound %v, want rollback + 3.5s %v", got, want)
+	}
+	held := []interval{{begin: at.Add(-time.Second), end: at.Add(6 * time.Second)}}
+	if got, want := fillBound(at, grace, tick, held), at.Add(7500*time.Millisecond); !got.Equal(want) {
+		t.Errorf("held until +6s: bound %v, want its end + tick + 1s %v", got, want)
+	}
+	later := []interval{{begin: at.Add(5 * time.Second), end: at.Add(10 * time.Second)}}
+	if got, want := fillBound(at, grace, tick, later), at.Add(3500*time.Millisecond); !got.Equal(want) {
+		t.Errorf("opened after the marker is due: bound %v, want %v (not its business)", got, want)
 	}
 }
 

@@ -24,7 +24,8 @@ func runServe(st state) error {
 	if adminURL == "" {
 		return fmt.Errorf("DATABASE_URL is not set: source .local/stack.env (make up does)")
 	}
-	schedule := 10 * time.Second
+	// The template's schedules unless UP_SCHEDULE asks for a quicker look.
+	var schedule time.Duration
 	if v := os.Getenv("UP_SCHEDULE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -41,8 +42,8 @@ func runServe(st state) error {
 		RepoRoot: st.root, AdminURL: adminURL,
 		// Kept between runs, unlike the demo's: a developer's data stays.
 		Database: envOr("UP_DATABASE", "outboxkeeper_dev"), Fresh: false, Schema: schema,
-		QueueName: envOr("UP_QUEUE", "outboxkeeper-rollbacks"),
-		Schedule:  schedule, WorkDir: st.dir,
+		QueueName:        envOr("UP_QUEUE", "outboxkeeper-rollbacks"),
+		ScheduleOverride: schedule, WorkDir: st.dir,
 		Observe: func(inv local.Invocation) {
 			if inv.Error != "" {
 				logger.Printf("%s FAILED after %s: %s", inv.Function, inv.Duration.Round(time.Millisecond), inv.Error)
@@ -60,7 +61,7 @@ func runServe(st state) error {
 	if err := writeAtomic(st.endpoints, []byte(strings.Join(lines, "\n")+"\n")); err != nil {
 		return err
 	}
-	logger.Printf("up: fill and sweep every %s, compensate from %s", schedule, stack.Queues.URL)
+	logger.Printf("up: %s; compensate from %s", stack.ScheduleNote(), stack.Queues.URL)
 	stack.Run(ctx)
 	logger.Printf("up: stopping")
 	_ = os.Remove(st.endpoints)
