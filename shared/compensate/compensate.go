@@ -329,7 +329,7 @@ func (s *Service) Process(ctx context.Context, ev events.SQSEvent) Result {
 		// speculative insertions in one direction only, so they cannot
 		// deadlock (and a deadlock would only cost a retry anyway).
 		seqs := slices.Sorted(maps.Keys(set))
-		var wrote []int64
+		var wrote store.Written
 		err := s.retry(ctx, end, &res, func(ctx context.Context) error {
 			var err error
 			wrote, err = s.events.InsertPlaceholders(ctx, q, seqs, store.FilledByCompensate)
@@ -341,11 +341,11 @@ func (s *Service) Process(ctx context.Context, ev events.SQSEvent) Result {
 				it.dbFailed = true
 			}
 		} else {
-			res.Filled = len(wrote)
-			res.AlreadyPresent = len(seqs) - len(wrote)
-			if len(wrote) > 0 {
+			res.Filled = int(wrote.N)
+			res.AlreadyPresent = len(seqs) - int(wrote.N)
+			if wrote.N > 0 {
 				// Notified by the insert statement itself.
-				res.FilledRange = []int64{wrote[0], wrote[len(wrote)-1]}
+				res.FilledRange = []int64{wrote.Min, wrote.Max}
 			}
 		}
 	}

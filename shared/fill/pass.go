@@ -399,13 +399,13 @@ func (p *pass) fillCycle(ctx context.Context) (bool, error) {
 	}
 }
 
-func (p *pass) recordFilled(wrote []int64) {
-	if len(wrote) == 0 {
+func (p *pass) recordFilled(wrote store.Written) {
+	if wrote.N == 0 {
 		return
 	}
-	lo, hi := wrote[0], wrote[len(wrote)-1] // ascending: the insert returns them sorted
+	lo, hi := wrote.Min, wrote.Max
 	r := p.res
-	r.Filled += int64(len(wrote))
+	r.Filled += wrote.N
 	if r.FilledMin == nil || lo < *r.FilledMin {
 		r.FilledMin = &lo
 	}

@@ -68,12 +68,15 @@ func NewEvents(schema Schema) *Events {
 		// lost after the insert cannot drop it, and it costs no round trip.
 		// CASE, unlike AND, guarantees nothing is notified when nothing
 		// was written. The payload is byte for byte §2's.
+		// It answers with what it wrote as a count and a range, not the
+		// sequences themselves: a thousand-row batch costs no array to
+		// build, sort and send back.
 		fill: `WITH wrote AS (
 				INSERT INTO ` + t + ` (sequence, filled_by)
 				SELECT s, $2 FROM unnest($1::bigint[]) AS s
 				ON CONFLICT (sequence) DO NOTHING
 				RETURNING sequence)
-			SELECT coalesce(array_agg(sequence ORDER BY sequence), '{}'),
+			SELECT count(*), coalesce(min(sequence), 0), coalesce(max(sequence), 0),
 				CASE WHEN count(*) > 0
 					THEN pg_notify($3, '{"min":' || min(sequence) || ',"max":' || max(sequence) || '}') IS NOT NULL
 					ELSE false END
@@ -179,18 +182,24 @@ func (e *Events) Lowest(ctx context.Context, q Querier) (int64, error) {
 	return l, nil
 }
 
+// Written is what one placeholder insert wrote: how many, and the range
+// they span (Min and Max are 0 when none was written).
+type Written struct {
+	N        int64
+	Min, Max int64
+}
+
 // InsertPlaceholders writes a placeholder for each sequence that is still
 // missing and notifies the range it wrote on <schema>_events, in one
-// statement, and returns the sequences it wrote in ascending order. The
-// caller has proved every one of them abandoned (DESIGN §3).
-func (e *Events) InsertPlaceholders(ctx context.Context, q Querier, sequences []int64, filledBy string) ([]int64, error) {
+// statement. The caller has proved every one of them abandoned (DESIGN §3).
+func (e *Events) InsertPlaceholders(ctx context.Context, q Querier, sequences []int64, filledBy string) (Written, error) {
+	var w Written
 	if len(sequences) == 0 {
-		return nil, nil
+		return w, nil
 	}
-	var wrote []int64
 	var notified bool
-	if err := q.QueryRow(ctx, e.fill, sequences, filledBy, e.schema.EventsChannel()).Scan(&wrote, &notified); err != nil {
-		return nil, fmt.Errorf("insert %d placeholders: %w", len(sequences), err)
+	if err := q.QueryRow(ctx, e.fill, sequences, filledBy, e.schema.EventsChannel()).Scan(&w.N, &w.Min, &w.Max, &notified); err != nil {
+		return Written{}, fmt.Errorf("insert %d placeholders: %w", len(sequences), err)
 	}
-	return wrote, nil
+	return w, nil
 }
