@@ -3,10 +3,12 @@ package rie
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -45,4 +47,40 @@ func childPids(pid int) []int {
 		}
 	}
 	return out
+}
+
+// listens says whether process pid itself holds the listening TCP socket
+// on addr: a free port can be taken by another process between our probe
+// and rie's bind, and a connection that succeeds then proves nothing about
+// our rie. /proc/net/tcp maps the listening port to a socket inode, and
+// /proc/<pid>/fd shows whether pid holds that inode.
+func listens(pid int, addr string) bool {
+	_, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return false
+	}
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return false
+	}
+	want := fmt.Sprintf(":%04X", port)
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		// local_address is field 1, state 3 (0A: LISTEN), inode 9.
+		if len(f) > 9 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+			inodes["socket:["+f[9]+"]"] = true
+		}
+	}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err == nil && inodes[target] {
+			return true
+		}
+	}
+	return false
 }

@@ -167,14 +167,19 @@ func start(ctx context.Context, spec Spec) (*Function, error) {
 
 // waitListening: rie binds its HTTP port before it starts the bootstrap
 // (that happens on the first invocation), so an accepted connection means
-// ready.
+// ready — once we know the listener is this rie's. If another process took
+// the port first (our probe released it before rie could bind), rie exits
+// and Start tries new ports; a connection to the other process must not be
+// mistaken for ours.
 func (f *Function) waitListening(ctx context.Context, addr string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
 			conn.Close()
-			return nil
+			if listens(f.cmd.Process.Pid, addr) {
+				return nil
+			}
 		}
 		select {
 		case <-f.exited:
