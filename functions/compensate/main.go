@@ -1,6 +1,6 @@
-// Command compensate is the compensate Lambda function (DESIGN §5): it
-// fills the sequences that writers report they abandoned, from SQS batches
-// with partial batch responses. Wiring only; the logic is shared/compensate.
+// Command compensate is the compensate Lambda function: it fills the
+// sequences that writers report they abandoned, from SQS batches with
+// partial batch responses. Wiring only; the logic is shared/compensate.
 package main
 
 import (
@@ -10,12 +10,11 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
-	"github.com/outboxkeeper/outboxkeeper/shared/logging"
-	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
-	"github.com/outboxkeeper/outboxkeeper/shared/pg"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 func main() {
@@ -27,13 +26,9 @@ func main() {
 	if err != nil {
 		logging.InitFailed(log, "compensate", "load database configuration", err)
 	}
-	cfg, err := config.LoadCompensate(env)
+	cfg, err := config.Load[compensate.Config](env)
 	if err != nil {
 		logging.InitFailed(log, "compensate", "load compensate configuration", err)
-	}
-	schema, err := store.ParseSchema(db.Schema)
-	if err != nil {
-		logging.InitFailed(log, "compensate", "schema", err)
 	}
 	// Loaded once for SQS and, in secret or IAM mode, the pool.
 	// LoadDefaultConfig honours AWS_ENDPOINT_URL_SQS, which is how the local
@@ -48,10 +43,7 @@ func main() {
 	if err != nil {
 		logging.InitFailed(log, "compensate", "open database pool", err)
 	}
-	svc, err := compensate.New(compensate.Options{
-		Config:  cfg,
-		Schema:  schema,
-		DB:      pool,
+	svc, err := compensate.New(pool, cfg, compensate.Options{
 		SQS:     sqs.NewFromConfig(awsCfg),
 		Logger:  log,
 		Metrics: metrics.New("compensate"),

@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/esm"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -17,7 +21,6 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
@@ -50,7 +53,7 @@ func newWorld(t *testing.T, env map[string]string) *world {
 	// function timeout) so a failed message comes back quickly.
 	w.src = sqstest.NewQueue(t, w.sqs, "e2e-src", map[string]string{"VisibilityTimeout": "1", "RedrivePolicy": string(policy)})
 	w.srcARN = sqstest.QueueARN(t, w.sqs, w.src)
-	reporter, err := outbox.NewReporter(w.sqs, w.src, outbox.ReporterOptions{})
+	reporter, err := sqsreport.New(w.sqs, w.src, sqsreport.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +118,7 @@ func (w *world) pump(t *testing.T, timeout time.Duration, done func() bool) (inv
 		if len(out.Messages) == 0 {
 			continue
 		}
-		ev := compensate.EventFromMessages(w.srcARN, "us-east-1", out.Messages)
+		ev := esm.Event(w.srcARN, "us-east-1", out.Messages)
 		var resp events.SQSEventResponse
 		if err := w.fn.InvokeJSON(ctx, ev, &resp); err != nil {
 			t.Fatalf("invoke: %v\n%s", err, w.fn.Logs())

@@ -9,11 +9,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
-	"github.com/outboxkeeper/outboxkeeper/shared/logging"
-	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
-	"github.com/outboxkeeper/outboxkeeper/shared/pg"
 )
 
 func main() {
@@ -25,7 +25,7 @@ func main() {
 	if err != nil {
 		logging.InitFailed(logger, "fill", "load database configuration", err)
 	}
-	fillConfig, err := config.LoadFill(env)
+	fillConfig, err := config.Load[fill.Config](env)
 	if err != nil {
 		logging.InitFailed(logger, "fill", "load fill configuration", err)
 	}

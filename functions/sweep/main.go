@@ -1,5 +1,6 @@
-// Command sweep is the sweep Lambda (DESIGN §6): wiring only. The pass
-// itself is shared/sweep.
+// Command sweep is the sweep Lambda function: on a schedule, one pass that
+// puts deliveries pushed but never acknowledged back to pending (or dead)
+// and wakes the relay. Wiring only; the logic is shared/sweep.
 package main
 
 import (
@@ -7,33 +8,32 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
-	"github.com/outboxkeeper/outboxkeeper/shared/logging"
-	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
-	"github.com/outboxkeeper/outboxkeeper/shared/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
 func main() {
-	log := logging.Setup()
+	logger := logging.Setup()
 	env := config.Environment()
-	db, err := config.LoadDatabase(env)
+	dbConfig, err := config.LoadDatabase(env)
 	if err != nil {
-		logging.InitFailed(log, "sweep", "load database configuration", err)
+		logging.InitFailed(logger, "sweep", "load database configuration", err)
 	}
-	cfg, err := config.LoadSweep(env)
+	sweepConfig, err := config.Load[sweep.Config](env)
 	if err != nil {
-		logging.InitFailed(log, "sweep", "load sweep configuration", err)
+		logging.InitFailed(logger, "sweep", "load sweep configuration", err)
 	}
 	// The pool outlives invocations of a warm environment; it dials lazily.
-	pool, err := pg.NewPool(context.Background(), db, pg.Options{ApplicationName: "outboxkeeper-sweep"})
+	pool, err := pg.NewPool(context.Background(), dbConfig, pg.Options{ApplicationName: "outboxkeeper-sweep"})
 	if err != nil {
-		logging.InitFailed(log, "sweep", "open database pool", err)
+		logging.InitFailed(logger, "sweep", "open database pool", err)
 	}
-	sw, err := sweep.New(pool, sweep.Config{Sweep: cfg, Schema: db.Schema})
+	svc, err := sweep.New(pool, sweepConfig, sweep.Options{Logger: logger, Metrics: metrics.New("sweep")})
 	if err != nil {
-		logging.InitFailed(log, "sweep", "build sweeper", err)
+		logging.InitFailed(logger, "sweep", "build sweep service", err)
 	}
-	h := &sweep.Handler{Sweeper: sw, Log: log, Metrics: metrics.New("sweep")}
-	lambda.Start(h.Handle)
+	lambda.Start(svc.Handle)
 }

@@ -22,8 +22,11 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
-	"github.com/outboxkeeper/outboxkeeper/shared/budget"
+	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/fill"
+	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
 const (
@@ -421,7 +424,7 @@ func checkWatchCoverage(tpl *template) []string {
 	if env["FILL_WATCH"] != "true" {
 		return []string{fn + ": FILL_WATCH does not default to true"}
 	}
-	cfg, err := config.LoadFill(config.FromMap(env))
+	cfg, err := config.Load[fill.Config](config.FromMap(env))
 	if err != nil {
 		return []string{fmt.Sprintf("%s: %v", fn, err)}
 	}
@@ -512,7 +515,7 @@ func checkEnvironment(tpl *template) []string {
 			}
 			got, err := load(short, env)
 			want, _ := load(short, templateSets[short])
-			if c, ok := got.(config.Compensate); ok {
+			if c, ok := got.(compensate.Config); ok {
 				if c.DLQURL == "" {
 					problems = append(problems, where+": COMPENSATE_DLQ_URL is not set")
 				}
@@ -534,11 +537,11 @@ func load(short string, env map[string]string) (any, error) {
 	lookup := config.FromMap(env)
 	switch short {
 	case "fill":
-		return config.LoadFill(lookup)
+		return config.Load[fill.Config](lookup)
 	case "sweep":
-		return config.LoadSweep(lookup)
+		return config.Load[sweep.Config](lookup)
 	case "compensate":
-		return config.LoadCompensate(lookup)
+		return config.Load[compensate.Config](lookup)
 	}
 	return nil, fmt.Errorf("unknown function %q: teach this test its configuration", short)
 }

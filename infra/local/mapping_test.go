@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/outboxkeeper/outboxkeeper/infra/local/rie"
 	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/rie"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 )

@@ -1,6 +1,6 @@
 package local
 
-import "github.com/outboxkeeper/outboxkeeper/infra/local/rie"
+import "github.com/outboxkeeper/outboxkeeper/internal/rie"
 
 // Function is one function running under aws-lambda-rie; package rie
 // starts, invokes and stops it (the test harness uses the same code).

@@ -9,12 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/esm"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
-	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 )
 
 // Mapping plays Lambda's SQS event source mapping with
@@ -115,7 +115,7 @@ func (m *Mapping) receive(ctx context.Context, max int, wait int32) ([]types.Mes
 
 // deliver invokes instance f with one batch and settles the messages.
 func (m *Mapping) deliver(ctx context.Context, f *Function, batch []types.Message) {
-	event, err := json.Marshal(compensate.EventFromMessages(m.Queue.ARN, m.Region, batch))
+	event, err := json.Marshal(esm.Event(m.Queue.ARN, m.Region, batch))
 	if err != nil {
 		m.observeError(f, err)
 		return

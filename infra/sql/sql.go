@@ -1,5 +1,8 @@
-// Package migrations embeds the SQL migrations so every binary carries the
-// schema it expects. Files are applied in name order by shared/migrate.
+// Package migrations is the outbox schema: the SQL migrations, embedded so
+// every binary carries the schema it expects, and the migrator that applies
+// them to one outbox schema — in name order, each recorded in
+// <schema>.schema_migrations, a no-op when already applied, and safe when
+// two processes run it at once.
 package migrations
 
 import "embed"

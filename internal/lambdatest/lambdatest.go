@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/infra/local/rie"
+	"github.com/outboxkeeper/outboxkeeper/internal/rie"
 	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/infra/local/rie"
+	"github.com/outboxkeeper/outboxkeeper/internal/rie"
 )
 
 const echoPkg = "./internal/lambdatest/testdata/echo"

@@ -19,10 +19,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/dburl"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
-	"github.com/outboxkeeper/outboxkeeper/shared/migrate"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 // Schema is the outbox schema of every test database.

@@ -10,13 +10,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
-	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 // BenchmarkBatch10x100 handles one batch of 10 reports × 100 sequences
@@ -27,13 +25,8 @@ import (
 // loop/set (how many times faster the set-based handler is).
 func BenchmarkBatch10x100(b *testing.B) {
 	db := testdb.New(b)
-	cfg, err := config.LoadCompensate(config.FromMap(nil))
-	if err != nil {
-		b.Fatal(err)
-	}
-	counting := &store.Counting{Q: db.Pool}
-	svc, err := compensate.New(compensate.Options{
-		Config: cfg, Schema: db.Schema, DB: counting, SQS: sqstest.Client(b),
+	svc, err := compensate.New(db.Pool, compensate.Config{}, compensate.Options{
+		SQS:     sqstest.Client(b),
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard},
 	})
@@ -70,11 +63,10 @@ func BenchmarkBatch10x100(b *testing.B) {
 		loopFirst := allocate(1000)
 		b.StartTimer()
 
-		before := counting.Count()
 		t0 := time.Now()
-		res := svc.Process(ctx, ev)
+		res, _ := svc.RunOnce(ctx, ev)
 		setTime += time.Since(t0)
-		setStatements += counting.Count() - before
+		setStatements += res.Statements
 		if res.Filled != 1000 {
 			b.Fatalf("handler filled %d, want 1000: %+v", res.Filled, res)
 		}

@@ -15,6 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/esm"
+	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -22,15 +27,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
-	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 const region = "us-east-1"
@@ -45,11 +50,11 @@ type fixture struct {
 	srcARN   string
 	dlq      string // COMPENSATE_DLQ_URL
 	redrive  string // the source queue's redrive target
-	cfg      config.Compensate
+	cfg      compensate.Config
 	svc      *compensate.Service
 	logs     *syncBuffer
 	metrics  *syncBuffer
-	reporter *outbox.Reporter
+	reporter *sqsreport.Reporter
 }
 
 type syncBuffer struct {
@@ -95,25 +100,22 @@ func setup(t *testing.T, env map[string]string) *fixture {
 	default:
 		f.dlq = vars["COMPENSATE_DLQ_URL"]
 	}
-	cfg, err := config.LoadCompensate(config.FromMap(vars))
+	cfg, err := config.Load[compensate.Config](config.FromMap(vars))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.cfg = cfg
 	f.svc = f.service(f.db.Pool)
-	if f.reporter, err = outbox.NewReporter(f.sqs, f.src, outbox.ReporterOptions{MaxSequences: cfg.MaxSequences}); err != nil {
+	if f.reporter, err = sqsreport.New(f.sqs, f.src, sqsreport.Options{MaxSequences: cfg.MaxSequences}); err != nil {
 		t.Fatal(err)
 	}
 	return f
 }
 
 // service builds a handler over db with the fixture's configuration.
-func (f *fixture) service(db store.Querier) *compensate.Service {
+func (f *fixture) service(db store.DB) *compensate.Service {
 	f.t.Helper()
-	svc, err := compensate.New(compensate.Options{
-		Config:  f.cfg,
-		Schema:  f.db.Schema,
-		DB:      db,
+	svc, err := compensate.New(db, f.cfg, compensate.Options{
 		SQS:     f.sqs,
 		Logger:  slog.New(slog.NewJSONHandler(f.logs, nil)),
 		Metrics: &metrics.Emitter{Function: "compensate", Out: f.metrics},
@@ -122,6 +124,12 @@ func (f *fixture) service(db store.Querier) *compensate.Service {
 		f.t.Fatal(err)
 	}
 	return svc
+}
+
+// process runs one batch through svc, as Handle would.
+func process(svc *compensate.Service, ctx context.Context, ev events.SQSEvent) *compensate.Result {
+	res, _ := svc.RunOnce(ctx, ev)
+	return res
 }
 
 // outbox returns an application Outbox that reports rollbacks to the
@@ -248,7 +256,7 @@ func (f *fixture) receive(want int, timeout time.Duration) events.SQSEvent {
 	if len(msgs) != want {
 		f.t.Fatalf("received %d messages, want %d", len(msgs), want)
 	}
-	return compensate.EventFromMessages(f.srcARN, region, msgs)
+	return esm.Event(f.srcARN, region, msgs)
 }
 
 func receiveMessages(t *testing.T, c *sqs.Client, url string, want int, timeout time.Duration) []sqstypes.Message {
@@ -335,10 +343,10 @@ func (f *fixture) requireMissing(seqs []int64) {
 	}
 }
 
-func outcomes(res compensate.Result) map[string]string {
+func outcomes(res *compensate.Result) map[string]string {
 	out := map[string]string{}
 	for _, m := range res.Messages {
-		out[m.MessageID] = m.Outcome
+		out[m.MessageID] = m.Outcome.String()
 	}
 	return out
 }
@@ -363,7 +371,7 @@ func TestAbortedWriterFilledAtOnce(t *testing.T) {
 
 	ev := f.receive(1, 10*time.Second)
 	started := time.Now()
-	res := f.svc.Process(context.Background(), ev)
+	res := process(f.svc, context.Background(), ev)
 	elapsed := time.Since(started)
 
 	if res.Filled != 3 || res.AlreadyPresent != 0 || len(res.Response().BatchItemFailures) != 0 {
@@ -385,9 +393,30 @@ func TestAbortedWriterFilledAtOnce(t *testing.T) {
 	if res.FilledRange[0] != lost[0] || res.FilledRange[1] != lost[2] {
 		t.Fatalf("notified range %v, want %d..%d", res.FilledRange, lost[0], lost[2])
 	}
-	// The log line and the metrics.
-	if !strings.Contains(f.logs.String(), `"msg":"compensate batch"`) || !strings.Contains(f.metrics.String(), `"Filled":3`) {
-		t.Fatalf("log %s\nmetrics %s", f.logs, f.metrics)
+}
+
+// Handle writes the batch's log line and its metrics from the one Result,
+// and answers the partial batch response.
+func TestHandleLogsTheBatchAndEmitsItsMetrics(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	lost := f.rollback(3)
+	resp, err := f.svc.Handle(context.Background(), f.receive(1, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 0 {
+		t.Errorf("failures %v, want none", resp.BatchItemFailures)
+	}
+	f.requirePlaceholders(lost)
+	if logs := f.logs.String(); !strings.Contains(logs, `"msg":"compensate batch"`) {
+		t.Errorf("no batch log line:\n%s", logs)
+	}
+	if logs := f.logs.String(); !strings.Contains(logs, fmt.Sprintf(`"filled_range":[%d,%d]`, lost[0], lost[2])) {
+		t.Errorf("the log line lacks filled_range:\n%s", logs)
+	}
+	if m := f.metrics.String(); !strings.Contains(m, `"Filled":3`) {
+		t.Errorf("metrics %s, want Filled 3", m)
 	}
 }
 
@@ -403,7 +432,7 @@ func TestFilledRangeNotified(t *testing.T) {
 	}
 	xid, seqs := f.abandoned(4)
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
-	f.svc.Process(ctx, f.receive(1, 10*time.Second))
+	process(f.svc, ctx, f.receive(1, 10*time.Second))
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	n, err := listener.WaitForNotification(wctx)
@@ -419,7 +448,7 @@ func TestFilledRangeNotified(t *testing.T) {
 	// nothing, and the next notification is the sentinel sent after it
 	// (one channel delivers in commit order).
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
-	if res := f.svc.Process(ctx, f.receive(1, 10*time.Second)); res.Filled != 0 || res.AlreadyPresent != 4 {
+	if res := process(f.svc, ctx, f.receive(1, 10*time.Second)); res.Filled != 0 || res.AlreadyPresent != 4 {
 		t.Fatalf("redelivery: %+v", res)
 	}
 	if _, err := f.db.Pool.Exec(ctx, `NOTIFY `+pgx.Identifier{f.db.Schema.EventsChannel()}.Sanitize()+`, 'sentinel'`); err != nil {
@@ -446,7 +475,7 @@ func TestOpenWriterDeferredThenRolledBackFills(t *testing.T) {
 	}
 
 	ev := f.receive(1, 10*time.Second)
-	res := f.svc.Process(ctx, ev)
+	res := process(f.svc, ctx, ev)
 	if res.Deferred != 1 || res.Filled != 0 || !slices.Equal(failedIDs(res.Response()), []string{ev.Records[0].MessageId}) {
 		t.Fatalf("result %+v, want one deferred failed item", res)
 	}
@@ -465,7 +494,7 @@ func TestOpenWriterDeferredThenRolledBackFills(t *testing.T) {
 	if ev.Records[0].Attributes["ApproximateReceiveCount"] != "2" {
 		t.Fatalf("receive count %q, want 2", ev.Records[0].Attributes["ApproximateReceiveCount"])
 	}
-	res = f.svc.Process(ctx, ev)
+	res = process(f.svc, ctx, ev)
 	if res.Filled != 2 || len(res.Response().BatchItemFailures) != 0 {
 		t.Fatalf("after rollback: %+v, want 2 filled", res)
 	}
@@ -490,14 +519,14 @@ func TestOpenWriterDeferredThenCommittedKeepsRows(t *testing.T) {
 	tx, seqs := f.openWriter(2)
 	f.send(body(t, report.Report{XID: xidOf(t, tx), HasXID: true, Sequences: seqs}))
 	ev := f.receive(1, 10*time.Second)
-	if res := f.svc.Process(ctx, ev); res.Deferred != 1 {
+	if res := process(f.svc, ctx, ev); res.Deferred != 1 {
 		t.Fatalf("result %+v, want deferred", res)
 	}
 	f.settle(ev, events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{{ItemIdentifier: ev.Records[0].MessageId}}})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	res := f.svc.Process(ctx, f.receive(1, 10*time.Second))
+	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
 	if res.Filled != 0 || res.AlreadyPresent != 2 || len(res.Response().BatchItemFailures) != 0 {
 		t.Fatalf("after commit: %+v, want nothing filled, 2 already present", res)
 	}
@@ -519,11 +548,11 @@ func TestLongWriterDroppedAfterMaxDeferrals(t *testing.T) {
 	f.send(body(t, report.Report{XID: xidOf(t, tx), HasXID: true, Sequences: seqs}))
 
 	ev := f.receive(1, 10*time.Second)
-	if res := f.svc.Process(ctx, ev); res.Deferred != 1 || res.Dropped != 0 {
+	if res := process(f.svc, ctx, ev); res.Deferred != 1 || res.Dropped != 0 {
 		t.Fatalf("first receive: %+v, want deferred", res)
 	}
 	ev = f.receive(1, 10*time.Second) // visible again at once (defer 0s)
-	res := f.svc.Process(ctx, ev)
+	res := process(f.svc, ctx, ev)
 	if res.Dropped != 1 || res.Deferred != 0 || len(res.Response().BatchItemFailures) != 0 || res.Failed != 0 {
 		t.Fatalf("second receive: %+v, want dropped and handled", res)
 	}
@@ -556,7 +585,7 @@ func TestCommittedSequencesUnchanged(t *testing.T) {
 	}
 	before := f.rows(seqs)
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
-	res := f.svc.Process(ctx, f.receive(1, 10*time.Second))
+	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
 	if res.Filled != 0 || res.AlreadyPresent != 3 || len(res.Response().BatchItemFailures) != 0 {
 		t.Fatalf("result %+v, want nothing written", res)
 	}
@@ -599,7 +628,7 @@ func TestBadInputToDLQ(t *testing.T) {
 		f.send(b)
 	}
 	ev := f.receive(len(bad)+1, 10*time.Second)
-	res := f.svc.Process(ctx, ev)
+	res := process(f.svc, ctx, ev)
 	if res.Filled != 2 || res.Invalid != len(bad) || len(res.Response().BatchItemFailures) != 0 || res.Failed != 0 {
 		t.Fatalf("result %+v, want the good report filled and %d invalid handled", res, len(bad))
 	}
@@ -639,7 +668,7 @@ func TestBadInputWithoutDLQIsFailedItem(t *testing.T) {
 	xid, good := f.abandoned(1)
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: good}), `{"v":7}`)
 	ev := f.receive(2, 10*time.Second)
-	res := f.svc.Process(context.Background(), ev)
+	res := process(f.svc, context.Background(), ev)
 	var badID string
 	for _, m := range ev.Records {
 		if m.Body == `{"v":7}` {
@@ -663,7 +692,7 @@ func TestDLQSendFailureIsFailedItem(t *testing.T) {
 	svc := f.service(f.db.Pool)
 	f.send(`garbage`)
 	ev := f.receive(1, 10*time.Second)
-	res := svc.Process(context.Background(), ev)
+	res := process(svc, context.Background(), ev)
 	if res.Failed != 1 || len(res.Response().BatchItemFailures) != 1 || !strings.Contains(res.Messages[0].Reason, "DLQ send failed") {
 		t.Fatalf("result %+v, want a failed item naming the DLQ failure", res)
 	}
@@ -676,8 +705,8 @@ func TestDuplicateDeliveryFillsOnce(t *testing.T) {
 	f := setup(t, nil)
 	f.rollback(3)
 	ev := f.receive(1, 10*time.Second)
-	first := f.svc.Process(context.Background(), ev)
-	second := f.svc.Process(context.Background(), ev)
+	first := process(f.svc, context.Background(), ev)
+	second := process(f.svc, context.Background(), ev)
 	if first.Filled != 3 || second.Filled != 0 || second.AlreadyPresent != 3 ||
 		len(first.Response().BatchItemFailures)+len(second.Response().BatchItemFailures) != 0 {
 		t.Fatalf("first %+v second %+v", first, second)
@@ -704,7 +733,7 @@ func TestConcurrentOverlappingHandlers(t *testing.T) {
 	// Overlapping windows in shuffled message order: handler i reports
 	// seqs[i*20 : i*20+100].
 	var wg sync.WaitGroup
-	results := make([]compensate.Result, handlers)
+	results := make([]*compensate.Result, handlers)
 	start := make(chan struct{})
 	for i := range handlers {
 		var ev events.SQSEvent
@@ -720,7 +749,7 @@ func TestConcurrentOverlappingHandlers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			results[i] = svcs[i].Process(context.Background(), ev)
+			results[i] = process(svcs[i], context.Background(), ev)
 		}()
 	}
 	close(start)
@@ -768,7 +797,7 @@ func TestBatchIsOneInsert(t *testing.T) {
 			EventSourceARN: f.srcARN,
 		})
 	}
-	res := f.svc.Process(context.Background(), ev)
+	res := process(f.svc, context.Background(), ev)
 	if res.Filled != 1000 || len(res.Response().BatchItemFailures) != 0 {
 		t.Fatalf("result %+v, want 1000 filled", res)
 	}
@@ -798,7 +827,7 @@ func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
 	}
 	t.Cleanup(down.Close)
 	ev := f.receive(2, 10*time.Second)
-	res := f.service(down).Process(ctx, ev)
+	res := process(f.service(down), ctx, ev)
 	if res.Failed != 2 || len(res.Response().BatchItemFailures) != 2 || res.Retries != 2 || res.Statements != 3 {
 		t.Fatalf("result %+v, want both failed after a try and 2 retries", res)
 	}
@@ -812,7 +841,7 @@ func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
 			t.Fatalf("message %s receive count %q, want a redelivery", m.MessageId, m.Attributes["ApproximateReceiveCount"])
 		}
 	}
-	res = f.svc.Process(ctx, ev)
+	res = process(f.svc, ctx, ev)
 	if res.Filled != 5 || len(res.Response().BatchItemFailures) != 0 {
 		t.Fatalf("after recovery: %+v, want 5 filled", res)
 	}
@@ -831,7 +860,7 @@ func TestZeroRetriesTriesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(down.Close)
-	res := f.service(down).Process(context.Background(), f.receive(1, 10*time.Second))
+	res := process(f.service(down), context.Background(), f.receive(1, 10*time.Second))
 	if res.Failed != 1 || res.Retries != 0 || res.Statements != 1 {
 		t.Fatalf("result %+v, want one failed try and no retry", res)
 	}
@@ -873,7 +902,7 @@ func TestDroppedConnectionReopened(t *testing.T) {
 		xid, seqs := f.abandoned(2)
 		ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", EventSourceARN: f.srcARN,
 			Body: body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs})}}}
-		res := svc.Process(ctx, ev)
+		res := process(svc, ctx, ev)
 		if res.Filled != 2 || len(res.Response().BatchItemFailures) != 0 {
 			t.Fatalf("round %d: %+v", round, res)
 		}
@@ -912,7 +941,7 @@ func TestSavepointRollbackInCommittedTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := f.receive(1, 10*time.Second) // InTx reported the savepoint's sequences
-	res := f.svc.Process(ctx, ev)
+	res := process(f.svc, ctx, ev)
 	if res.Filled != 2 || len(res.Response().BatchItemFailures) != 0 {
 		t.Fatalf("result %+v, want the 2 rolled-back sequences filled", res)
 	}
@@ -931,33 +960,41 @@ func TestSavepointRollbackInCommittedTx(t *testing.T) {
 	rep.Sequences = append(rep.Sequences, kept...)
 	slices.Sort(rep.Sequences)
 	ev.Records[0].Body = body(t, rep)
-	res = f.svc.Process(ctx, ev)
+	res = process(f.svc, ctx, ev)
 	if res.Filled != 0 || res.AlreadyPresent != 4 {
 		t.Fatalf("widened report: %+v, want nothing written", res)
 	}
 }
 
-// Construction refuses a bad configuration.
+// Construction refuses a bad configuration, naming the field.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	cfg, _ := config.LoadCompensate(config.FromMap(nil))
-	good := compensate.Options{Config: cfg, Schema: store.MustSchema("outbox"), DB: &store.Counting{}, SQS: &sqs.Client{}}
-	if _, err := compensate.New(good); err != nil {
-		t.Fatal(err)
+	db, client := new(pgxpool.Pool), &sqs.Client{}
+	if _, err := compensate.New(db, compensate.Config{}, compensate.Options{SQS: client}); err != nil {
+		t.Fatalf("the defaults refused: %v", err)
 	}
-	for name, mutate := range map[string]func(*compensate.Options){
-		"nil db":             func(o *compensate.Options) { o.DB = nil },
-		"nil sqs":            func(o *compensate.Options) { o.SQS = nil },
-		"no schema":          func(o *compensate.Options) { o.Schema = store.Schema{} },
-		"fractional defer":   func(o *compensate.Options) { o.Config.Defer = 1500 * time.Millisecond },
-		"negative retries":   func(o *compensate.Options) { o.Config.RetryAttempts = -1 },
-		"zero max sequences": func(o *compensate.Options) { o.Config.MaxSequences = 0 },
-		"zero deferrals":     func(o *compensate.Options) { o.Config.MaxDeferrals = 0 },
+	if _, err := compensate.New(nil, compensate.Config{}, compensate.Options{SQS: client}); err == nil {
+		t.Error("nil db accepted")
+	}
+	if _, err := compensate.New(db, compensate.Config{}, compensate.Options{}); err == nil {
+		t.Error("nil SQS client accepted")
+	}
+	for field, cfg := range map[string]compensate.Config{
+		"Schema":        {Schema: "Not-A-Schema"},
+		"Defer":         {Defer: 1500 * time.Millisecond},
+		"RetryAttempts": {RetryAttempts: -2},
+		"MaxSequences":  {MaxSequences: -1},
+		"MaxDeferrals":  {MaxDeferrals: -1},
+		"DLQURL":        {DLQURL: "dlq"},
 	} {
-		o := good
-		mutate(&o)
-		if _, err := compensate.New(o); err == nil {
-			t.Errorf("%s: accepted", name)
+		_, err := compensate.New(db, cfg, compensate.Options{SQS: client})
+		var se *setting.Error
+		if !errors.As(err, &se) {
+			t.Errorf("%s: err = %v, want a *setting.Error", field, err)
+			continue
+		}
+		if se.Field != field {
+			t.Errorf("%s: the error names %s", field, se.Field)
 		}
 	}
 }
@@ -973,7 +1010,7 @@ func TestFutureXIDOneEpochAboveRunningWriterIsBadInput(t *testing.T) {
 	xid := xidOf(t, tx) + 1<<32
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	ev := f.receive(1, 10*time.Second)
-	res := f.svc.Process(ctx, ev)
+	res := process(f.svc, ctx, ev)
 	if res.Invalid != 1 || res.Deferred != 0 || len(res.Response().BatchItemFailures) != 0 {
 		t.Fatalf("result %+v, want the report refused as bad input", res)
 	}
@@ -994,7 +1031,7 @@ func TestReportWithoutXIDIsOwnerTrusted(t *testing.T) {
 	kept := f.commit(1)
 	_, burned := f.abandoned(2)
 	f.send(body(t, report.Report{Sequences: append(slices.Clone(burned), kept...)}))
-	res := f.svc.Process(ctx, f.receive(1, 10*time.Second))
+	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
 	if res.Filled != 2 || res.AlreadyPresent != 1 || len(res.Response().BatchItemFailures) != 0 {
 		t.Fatalf("result %+v, want the 2 burned sequences filled and the committed one left", res)
 	}

@@ -2,7 +2,6 @@ package compensate
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
@@ -32,42 +31,61 @@ type Check struct {
 	Status map[uint64]string
 }
 
-// Verdict is what the handler does with one parsed report.
-type Verdict int
-
-const (
-	// Fill: every reported sequence still missing can never be written by
-	// its writer (§3.4), so it goes into the batch's placeholder insert.
-	Fill Verdict = iota + 1
-	// Defer: the writer still runs; the message comes back after
-	// COMPENSATE_DEFER and is decided again.
-	Defer
-	// Drop: the writer still runs after COMPENSATE_MAX_DEFERRALS receives.
-	// A long transaction is not bad input; the message is removed and the
-	// fill function proves and fills the sequences after the writer ends.
-	Drop
-	// Invalid: bad input, forwarded to the DLQ and never retried.
-	Invalid
-)
-
-func (v Verdict) String() string {
-	switch v {
-	case Fill:
-		return "fill"
-	case Defer:
-		return "defer"
-	case Drop:
-		return "drop"
-	case Invalid:
-		return "invalid"
+// future lists the xids the check found in the future, for the re-check.
+func (c Check) future() []uint64 {
+	var out []uint64
+	for x, status := range c.Status {
+		if status == StatusFuture {
+			out = append(out, x)
+		}
 	}
-	return fmt.Sprintf("Verdict(%d)", int(v))
+	return out
 }
 
-// Decide is the whole per-message decision of DESIGN §5, given the batch's
-// database check and how often SQS has handed this message out. The
-// reason is empty for Fill.
-func Decide(r report.Report, receiveCount int, c Check, maxDeferrals int) (Verdict, string) {
+// Outcome is what happens to one message: decided for each parsed report
+// (Filled, Deferred, Dropped, Invalid), and Failed when carrying it out
+// needed the database or SQS and they failed.
+type Outcome int
+
+const (
+	// Filled: every reported sequence still missing can never be written
+	// by its writer (§3.4); they go into the batch's placeholder insert,
+	// and the message is done.
+	Filled Outcome = iota + 1
+	// Deferred: the writer still runs; the message comes back after
+	// COMPENSATE_DEFER and is decided again.
+	Deferred
+	// Dropped: the writer still runs after COMPENSATE_MAX_DEFERRALS
+	// receives. A long transaction is not bad input; the message is
+	// removed and the fill function proves and fills the sequences after
+	// the writer ends.
+	Dropped
+	// Invalid: bad input, forwarded to the DLQ and never retried.
+	Invalid
+	// Failed: reported failed for SQS to hand out again (database or DLQ
+	// unavailable, or bad input with no DLQ configured); the queue's
+	// redrive policy moves it eventually.
+	Failed
+)
+
+var outcomeNames = map[Outcome]string{
+	Filled: "filled", Deferred: "deferred", Dropped: "dropped", Invalid: "invalid", Failed: "failed",
+}
+
+func (o Outcome) String() string {
+	if s, ok := outcomeNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// MarshalText makes an Outcome its name in the response and the log line.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// Decide is the whole per-message decision, given the batch's database
+// check and how often SQS has handed this message out. The reason is empty
+// for Filled.
+func Decide(r report.Report, receiveCount int, c Check, maxDeferrals int) (Outcome, string) {
 	// Sequences are sorted ascending by report.Parse, so the last is the
 	// highest. Above the head means never allocated: filling it would
 	// steal a sequence a future writer is about to be handed (§3.5).
@@ -77,34 +95,23 @@ func Decide(r report.Report, receiveCount int, c Check, maxDeferrals int) (Verdi
 	if !r.HasXID {
 		// Owner-trusted, as in the reference: only the writer itself knows
 		// these sequences, and the insert never overwrites a row (§3.4).
-		return Fill, ""
+		return Filled, ""
 	}
 	switch status := c.Status[r.XID]; status {
 	case StatusCommitted, StatusAborted, StatusTooOld:
 		// A finished transaction never writes again: whatever it reported
 		// that is still missing stays missing for ever.
-		return Fill, ""
+		return Filled, ""
 	case StatusInProgress:
 		if receiveCount >= maxDeferrals {
-			return Drop, fmt.Sprintf("writer xid %d still in progress after %d receives; left to the fill function, which proves and fills these sequences once it ends", r.XID, receiveCount)
+			return Dropped, fmt.Sprintf("writer xid %d still in progress after %d receives; left to the fill function, which proves and fills these sequences once it ends", r.XID, receiveCount)
 		}
-		return Defer, fmt.Sprintf("writer xid %d still in progress", r.XID)
+		return Deferred, fmt.Sprintf("writer xid %d still in progress", r.XID)
 	case StatusFuture:
 		return Invalid, fmt.Sprintf("xid %d is in the future: no transaction has had it (none finished at or above %d, and none running holds it)", r.XID, c.XMax)
 	default:
 		// Not a status this code knows: never fill on a guess. Deferring
 		// lets the message retry and, at worst, reach the fill function.
-		return Defer, fmt.Sprintf("writer xid %d has unknown status %q", r.XID, status)
+		return Deferred, fmt.Sprintf("writer xid %d has unknown status %q", r.XID, status)
 	}
-}
-
-// future lists the xids the check found in the future, for the re-check.
-func (c Check) future() []string {
-	var out []string
-	for x, status := range c.Status {
-		if status == StatusFuture {
-			out = append(out, strconv.FormatUint(x, 10))
-		}
-	}
-	return out
 }

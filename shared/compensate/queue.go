@@ -6,8 +6,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 // SQS is the part of the SQS client the handler uses: the DLQ send, the
@@ -64,4 +66,29 @@ func (q *queueURLs) lookup(ctx context.Context, arn string) (string, error) {
 	q.urls[arn] = url
 	q.mu.Unlock()
 	return url, nil
+}
+
+// toDLQ forwards the original body unchanged, with the reason.
+func (s *Service) toDLQ(ctx context.Context, it *item) error {
+	_, err := s.opts.SQS.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl:    aws.String(s.cfg.DLQURL),
+		MessageBody: aws.String(it.msg.Body),
+		MessageAttributes: map[string]sqstypes.MessageAttributeValue{
+			"error": {DataType: aws.String("String"), StringValue: aws.String(it.reason)},
+		},
+	})
+	return err
+}
+
+func (s *Service) deferMessage(ctx context.Context, msg *events.SQSMessage) error {
+	url, err := s.queues.lookup(ctx, msg.EventSourceARN)
+	if err != nil {
+		return err
+	}
+	_, err = s.opts.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(url),
+		ReceiptHandle:     aws.String(msg.ReceiptHandle),
+		VisibilityTimeout: s.cfg.deferSeconds(),
+	})
+	return err
 }

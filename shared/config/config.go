@@ -1,19 +1,22 @@
-// Package config reads the outboxkeeper environment (DESIGN §7) once, at
-// init. Every value is validated here so a bad deployment fails before the
-// first invocation, with an error that names the variable and the value.
+// Package config reads the outboxkeeper environment once, at init, into the
+// configs the passes own (fill.Config, sweep.Config, compensate.Config,
+// with Load) and the database login (LoadDatabase). It only parses: each pass's Config.Validate decides
+// what is acceptable, and this package returns its complaint naming the
+// variable and the value, so a bad deployment fails before the first
+// invocation saying what to fix.
 package config
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
-	"github.com/outboxkeeper/outboxkeeper/shared/fill"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // Lookup reads one variable; os.LookupEnv in production, a map in tests.
@@ -56,59 +59,8 @@ type Database struct {
 	Schema string
 }
 
-// Sweep tunes the sweep pass (DESIGN §6).
-type Sweep struct {
-	// StuckAfter is how long a delivery may stay delivered-but-unacked,
-	// measured from delivered_at (SWEEP_STUCK_AFTER, default 60s).
-	StuckAfter time.Duration
-	// BatchLimit caps the rows one reset statement touches
-	// (SWEEP_BATCH_LIMIT, default 1000).
-	BatchLimit int
-	// MaxRedeliveries is how many resets a row gets before it is dead;
-	// 0 means never (SWEEP_MAX_REDELIVERIES, default 10).
-	MaxRedeliveries int
-	// PassBudget bounds one pass (SWEEP_PASS_BUDGET, default 20s).
-	PassBudget time.Duration
-}
-
-// Compensate tunes the rollback-report handler (DESIGN §5).
-type Compensate struct {
-	// DLQURL receives bad input with an `error` attribute
-	// (COMPENSATE_DLQ_URL). Empty: bad input is reported as a failed item
-	// and the queue's redrive policy moves it.
-	DLQURL string
-	// MaxSequences caps one report (COMPENSATE_MAX_SEQUENCES, default 10000).
-	MaxSequences int
-	// Defer is the visibility given to a report whose writer still runs
-	// (COMPENSATE_DEFER, default 2s).
-	Defer time.Duration
-	// MaxDeferrals is the receive count after which a report whose writer
-	// still runs is dropped and left to the fill function
-	// (COMPENSATE_MAX_DEFERRALS, default 3).
-	MaxDeferrals int
-	// RetryAttempts and RetryInterval pace retries of transient database
-	// errors (COMPENSATE_RETRY_ATTEMPTS default 5, COMPENSATE_RETRY_INTERVAL
-	// default 500ms). RetryAttempts counts retries after the first try, as
-	// §5 says "retried N times"; 0 means one try only.
-	RetryAttempts int
-	RetryInterval time.Duration
-}
-
-// Defaults, as in DESIGN §7.
-const (
-	DefaultSchema = store.DefaultSchema
-
-	DefaultSweepStuckAfter      = 60 * time.Second
-	DefaultSweepBatchLimit      = 1000
-	DefaultSweepMaxRedeliveries = 10
-	DefaultSweepPassBudget      = 20 * time.Second
-
-	DefaultCompensateMaxSequences  = 10000
-	DefaultCompensateDefer         = 2 * time.Second
-	DefaultCompensateMaxDeferrals  = 3
-	DefaultCompensateRetryAttempts = 5
-	DefaultCompensateRetryInterval = 500 * time.Millisecond
-)
+// DefaultSchema is the outbox schema when OUTBOX_SCHEMA is not set.
+const DefaultSchema = store.DefaultSchema
 
 // Variable describes one environment variable the configuration reads.
 type Variable struct {
@@ -172,63 +124,60 @@ func LoadDatabase(env Lookup) (Database, error) {
 	return db, r.err
 }
 
-// fillVariables names the variable each fill.Config field comes from.
-var fillVariables = map[string]string{
-	"Schema": "OUTBOX_SCHEMA", "Grace": "FILL_GRACE", "BatchLimit": "FILL_BATCH_LIMIT",
-	"PageSize": "FILL_PAGE_SIZE", "PassBudget": "FILL_PASS_BUDGET", "Bounded": "FILL_WATCH", "Tick": "FILL_TICK",
+// PassConfig is what Load fills: a pass's Config (fill.Config,
+// sweep.Config, compensate.Config, ...), whose fields name their variable
+// in an `env` tag.
+type PassConfig[T any] interface {
+	Validate() error
+	WithDefaults() T
 }
 
-// LoadFill reads OUTBOX_SCHEMA and the FILL_* variables into a fill.Config
-// with its defaults applied. It only parses; fill.Config.Validate decides
-// what is acceptable, and its complaint is returned naming the variable.
-func LoadFill(env Lookup) (fill.Config, error) {
+// Load reads a pass's Config from env. Each field tagged `env:"NAME"` is
+// parsed by its type — string, int, time.Duration, bool — and a bool tagged
+// `env:"NAME,not"` holds the negation (FILL_WATCH=false is Bounded). An
+// unset variable leaves the field zero, which the pass reads as its
+// default; a variable set to zero is handed over as -1 (see
+// explicitZero). Load only parses: the Config's own Validate decides what
+// is acceptable, and its complaint comes back naming the variable. The
+// result has its defaults applied.
+//
+// Reflection keeps this package free of the passes: a Lambda binary links
+// its own pass only, not every other one's dependencies.
+func Load[T PassConfig[T]](env Lookup) (T, error) {
+	var c T
 	r := reader{env: env}
-	c := fill.Config{
-		Schema:     r.str("OUTBOX_SCHEMA"),
-		Grace:      r.parseDuration("FILL_GRACE"),
-		BatchLimit: r.parseInt("FILL_BATCH_LIMIT"),
-		PageSize:   r.parseInt("FILL_PAGE_SIZE"),
-		PassBudget: r.parseDuration("FILL_PASS_BUDGET"),
-		Bounded:    !r.boolean("FILL_WATCH", true),
-		Tick:       r.parseDuration("FILL_TICK"),
+	v := reflect.ValueOf(&c).Elem()
+	vars := map[string]string{}
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		tag, ok := f.Tag.Lookup("env")
+		if !ok {
+			continue
+		}
+		name, negate := strings.CutSuffix(tag, ",not")
+		vars[f.Name] = name
+		field := v.Field(i)
+		switch {
+		case field.Type() == reflect.TypeFor[time.Duration]():
+			field.SetInt(int64(r.parseDuration(name)))
+		case field.Kind() == reflect.Int:
+			field.SetInt(int64(r.parseInt(name)))
+		case field.Kind() == reflect.String:
+			field.SetString(r.str(name))
+		case field.Kind() == reflect.Bool:
+			b := r.boolean(name, negate)
+			field.SetBool(b != negate)
+		default:
+			panic(fmt.Sprintf("config: %T.%s: cannot load a %s from %s", c, f.Name, field.Type(), name))
+		}
 	}
 	if r.err != nil {
-		return fill.Config{}, r.err
+		return c, r.err
 	}
 	if err := c.Validate(); err != nil {
-		return fill.Config{}, r.explain(err, fillVariables)
+		return c, r.explain(err, vars)
 	}
 	return c.WithDefaults(), nil
-}
-
-// LoadSweep reads the SWEEP_* variables.
-func LoadSweep(env Lookup) (Sweep, error) {
-	r := reader{env: env}
-	c := Sweep{
-		StuckAfter:      r.duration("SWEEP_STUCK_AFTER", DefaultSweepStuckAfter, time.Second),
-		BatchLimit:      r.integer("SWEEP_BATCH_LIMIT", DefaultSweepBatchLimit, 1, 100000),
-		MaxRedeliveries: r.integer("SWEEP_MAX_REDELIVERIES", DefaultSweepMaxRedeliveries, 0, 1000000),
-		PassBudget:      r.duration("SWEEP_PASS_BUDGET", DefaultSweepPassBudget, time.Second),
-	}
-	return c, r.err
-}
-
-// LoadCompensate reads the COMPENSATE_* variables.
-func LoadCompensate(env Lookup) (Compensate, error) {
-	r := reader{env: env}
-	c := Compensate{
-		DLQURL:       r.url("COMPENSATE_DLQ_URL"),
-		MaxSequences: r.integer("COMPENSATE_MAX_SEQUENCES", DefaultCompensateMaxSequences, 1, 100000),
-		// SQS caps a visibility timeout at 12 hours and counts whole seconds.
-		Defer:         r.duration("COMPENSATE_DEFER", DefaultCompensateDefer, 0, 12*time.Hour),
-		MaxDeferrals:  r.integer("COMPENSATE_MAX_DEFERRALS", DefaultCompensateMaxDeferrals, 1, 1000),
-		RetryAttempts: r.integer("COMPENSATE_RETRY_ATTEMPTS", DefaultCompensateRetryAttempts, 0, 100),
-		RetryInterval: r.duration("COMPENSATE_RETRY_INTERVAL", DefaultCompensateRetryInterval, 0),
-	}
-	if r.err == nil && c.Defer%time.Second != 0 {
-		r.fail("COMPENSATE_DEFER", r.str("COMPENSATE_DEFER"), "SQS visibility timeouts are whole seconds")
-	}
-	return c, r.err
 }
 
 // reader keeps the first error so a loader reads like a struct literal.
@@ -259,14 +208,6 @@ func (r *reader) schema(name string) string {
 	return v
 }
 
-func (r *reader) url(name string) string {
-	v := r.str(name)
-	if v != "" && !strings.HasPrefix(v, "https://") && !strings.HasPrefix(v, "http://") {
-		r.fail(name, v, "must be an SQS queue URL (https://...)")
-	}
-	return v
-}
-
 func (r *reader) boolean(name string, def bool) bool {
 	v := r.str(name)
 	if v == "" {
@@ -277,21 +218,6 @@ func (r *reader) boolean(name string, def bool) bool {
 		r.fail(name, v, "must be true or false")
 	}
 	return b
-}
-
-func (r *reader) integer(name string, def, min, max int) int {
-	v := r.str(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	switch {
-	case err != nil:
-		r.fail(name, v, "must be a whole number")
-	case n < min || n > max:
-		r.fail(name, v, fmt.Sprintf("must be between %d and %d", min, max))
-	}
-	return n
 }
 
 // A pass's Config reads a zero field as "the default", so a variable set
@@ -310,6 +236,8 @@ func (r *reader) parseInt(name string) int {
 	switch {
 	case err != nil:
 		r.fail(name, v, "must be a whole number")
+	case n < 0:
+		r.fail(name, v, "must not be negative")
 	case n == 0:
 		return explicitZero
 	}
@@ -351,23 +279,4 @@ func (r *reader) explain(err error, variables map[string]string) error {
 		value = fmt.Sprint(se.Value)
 	}
 	return &Error{Variable: name, Value: value, Reason: se.Reason}
-}
-
-// duration parses Go syntax ("2s", "500ms"); limits[0] is the minimum and
-// limits[1], when given, the maximum.
-func (r *reader) duration(name string, def time.Duration, limits ...time.Duration) time.Duration {
-	v := r.str(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	switch {
-	case err != nil:
-		r.fail(name, v, `must be a Go duration such as "2s" or "500ms"`)
-	case d < limits[0]:
-		r.fail(name, v, fmt.Sprintf("must be at least %s", limits[0]))
-	case len(limits) > 1 && d > limits[1]:
-		r.fail(name, v, fmt.Sprintf("must be at most %s", limits[1]))
-	}
-	return d
 }

@@ -2,11 +2,15 @@ package config
 
 import (
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	compensatepkg "github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
+	sweeppkg "github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
 const testURL = "postgres://u@127.0.0.1:5432/db"
@@ -20,25 +24,25 @@ func TestLoadDefaults(t *testing.T) {
 	if db != (Database{URL: testURL, Schema: "outbox"}) {
 		t.Fatalf("database = %+v", db)
 	}
-	fill, err := LoadFill(env)
+	fill, err := Load[fillpkg.Config](env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fill != (fillpkg.Config{Schema: "outbox", Grace: 2 * time.Second, BatchLimit: 1000, PageSize: 1000, PassBudget: 20 * time.Second, Tick: 500 * time.Millisecond}) {
 		t.Fatalf("fill = %+v", fill)
 	}
-	sweep, err := LoadSweep(env)
+	sweep, err := Load[sweeppkg.Config](env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sweep != (Sweep{StuckAfter: 60 * time.Second, BatchLimit: 1000, MaxRedeliveries: 10, PassBudget: 20 * time.Second}) {
+	if sweep != (sweeppkg.Config{Schema: "outbox", StuckAfter: 60 * time.Second, BatchLimit: 1000, MaxRedeliveries: 10, PassBudget: 20 * time.Second}) {
 		t.Fatalf("sweep = %+v", sweep)
 	}
-	comp, err := LoadCompensate(env)
+	comp, err := Load[compensatepkg.Config](env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if comp != (Compensate{MaxSequences: 10000, Defer: 2 * time.Second, MaxDeferrals: 3, RetryAttempts: 5, RetryInterval: 500 * time.Millisecond}) {
+	if comp != (compensatepkg.Config{Schema: "outbox", MaxSequences: 10000, Defer: 2 * time.Second, MaxDeferrals: 3, RetryAttempts: 5, RetryInterval: 500 * time.Millisecond, PassBudget: 30 * time.Second}) {
 		t.Fatalf("compensate = %+v", comp)
 	}
 }
@@ -50,8 +54,8 @@ func TestEveryVariable(t *testing.T) {
 	type loaded struct {
 		db   Database
 		fill fillpkg.Config
-		sw   Sweep
-		comp Compensate
+		sw   sweeppkg.Config
+		comp compensatepkg.Config
 	}
 	load := func(vars map[string]string) (loaded, error) {
 		env := FromMap(vars)
@@ -60,11 +64,11 @@ func TestEveryVariable(t *testing.T) {
 		var err error
 		l.db, err = LoadDatabase(env)
 		errs = append(errs, err)
-		l.fill, err = LoadFill(env)
+		l.fill, err = Load[fillpkg.Config](env)
 		errs = append(errs, err)
-		l.sw, err = LoadSweep(env)
+		l.sw, err = Load[sweeppkg.Config](env)
 		errs = append(errs, err)
-		l.comp, err = LoadCompensate(env)
+		l.comp, err = Load[compensatepkg.Config](env)
 		errs = append(errs, err)
 		return l, errors.Join(errs...)
 	}
@@ -86,13 +90,13 @@ func TestEveryVariable(t *testing.T) {
 		{"FILL_TICK", "250ms", func(l loaded) bool { return l.fill.Tick == 250*time.Millisecond }, []string{"5ms", "2m", "often"}},
 		{"SWEEP_STUCK_AFTER", "90s", func(l loaded) bool { return l.sw.StuckAfter == 90*time.Second }, []string{"0s", "1m30"}},
 		{"SWEEP_BATCH_LIMIT", "100", func(l loaded) bool { return l.sw.BatchLimit == 100 }, []string{"0"}},
-		{"SWEEP_MAX_REDELIVERIES", "0", func(l loaded) bool { return l.sw.MaxRedeliveries == 0 }, []string{"-1", "many"}},
+		{"SWEEP_MAX_REDELIVERIES", "0", func(l loaded) bool { return l.sw.MaxRedeliveries == sweeppkg.NeverDead }, []string{"-1", "many"}},
 		{"SWEEP_PASS_BUDGET", "3s", func(l loaded) bool { return l.sw.PassBudget == 3*time.Second }, []string{"0s"}},
 		{"COMPENSATE_DLQ_URL", "https://sqs.eu-west-1.amazonaws.com/1/dlq", func(l loaded) bool { return l.comp.DLQURL != "" }, []string{"dlq"}},
 		{"COMPENSATE_MAX_SEQUENCES", "500", func(l loaded) bool { return l.comp.MaxSequences == 500 }, []string{"0", "1000000"}},
 		{"COMPENSATE_DEFER", "5s", func(l loaded) bool { return l.comp.Defer == 5*time.Second }, []string{"1500ms", "13h", "-1s"}},
 		{"COMPENSATE_MAX_DEFERRALS", "7", func(l loaded) bool { return l.comp.MaxDeferrals == 7 }, []string{"0"}},
-		{"COMPENSATE_RETRY_ATTEMPTS", "0", func(l loaded) bool { return l.comp.RetryAttempts == 0 }, []string{"-1", "101", "two"}},
+		{"COMPENSATE_RETRY_ATTEMPTS", "0", func(l loaded) bool { return l.comp.RetryAttempts == compensatepkg.None }, []string{"-1", "101", "two"}},
 		{"COMPENSATE_RETRY_INTERVAL", "100ms", func(l loaded) bool { return l.comp.RetryInterval == 100*time.Millisecond }, []string{"-5ms", "fast"}},
 	}
 	listed := map[string]bool{}
@@ -144,7 +148,7 @@ func TestEveryVariable(t *testing.T) {
 
 // FILL_GRACE=0s means no grace at all, where an unset one means the default.
 func TestFillGraceZeroMeansNone(t *testing.T) {
-	c, err := LoadFill(FromMap(map[string]string{"FILL_GRACE": "0s"}))
+	c, err := Load[fillpkg.Config](FromMap(map[string]string{"FILL_GRACE": "0s"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,5 +175,35 @@ func TestDatabaseSourceRules(t *testing.T) {
 				t.Fatalf("want an error naming %s, got %v", c.varName, err)
 			}
 		})
+	}
+}
+
+// Variables lists exactly the variables the pass configs and the database
+// login read: every `env` tag is listed for its function, and nothing else.
+func TestVariablesAreThePassConfigsTags(t *testing.T) {
+	tagged := map[string][]string{}
+	for fn, cfg := range map[string]any{"fill": fillpkg.Config{}, "sweep": sweeppkg.Config{}, "compensate": compensatepkg.Config{}} {
+		typ := reflect.TypeOf(cfg)
+		for i := range typ.NumField() {
+			if tag, ok := typ.Field(i).Tag.Lookup("env"); ok {
+				name, _ := strings.CutSuffix(tag, ",not")
+				tagged[name] = append(tagged[name], fn)
+			}
+		}
+	}
+	for _, v := range Variables() {
+		if strings.HasPrefix(v.Name, "DATABASE_") {
+			continue // LoadDatabase's
+		}
+		got := tagged[v.Name]
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(v.UsedBy))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: listed for %v, read by %v", v.Name, want, got)
+		}
+		delete(tagged, v.Name)
+	}
+	for name, fns := range tagged {
+		t.Errorf("%s is read by %v but not listed in Variables()", name, fns)
 	}
 }

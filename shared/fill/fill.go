@@ -20,9 +20,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
-	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // Defaults of Config, as the configuration table of docs/design.md lists
@@ -45,29 +45,29 @@ const MaxBlockers = 5
 // New, so Config{} is the documented default configuration.
 type Config struct {
 	// Schema holds the outbox tables (OUTBOX_SCHEMA). Default "outbox".
-	Schema string
+	Schema string `env:"OUTBOX_SCHEMA"`
 	// Grace is how long a stall must last before its gap may be filled
 	// (FILL_GRACE, default 2s): most stalls are a writer that commits a
 	// moment late, and those must cost no writes. NoGrace for none.
-	Grace time.Duration
+	Grace time.Duration `env:"FILL_GRACE"`
 	// BatchLimit caps the placeholders one insert statement writes
 	// (FILL_BATCH_LIMIT, default 1000), keeping each statement short; a
 	// cycle runs as many inserts as it needs.
-	BatchLimit int
+	BatchLimit int `env:"FILL_BATCH_LIMIT"`
 	// PageSize is how many present rows one page read returns
 	// (FILL_PAGE_SIZE, default 1000).
-	PageSize int
+	PageSize int `env:"FILL_PAGE_SIZE"`
 	// PassBudget bounds one pass (FILL_PASS_BUDGET, default 20s); the
 	// Lambda deadline minus 2s bounds it further.
-	PassBudget time.Duration
+	PassBudget time.Duration `env:"FILL_PASS_BUDGET"`
 	// Bounded ends a pass as soon as it has caught up (FILL_WATCH=false).
 	// By default a pass keeps watching until its budget ends, and a
 	// watching pass that finds the lease held waits to be handed it.
-	Bounded bool
+	Bounded bool `env:"FILL_WATCH,not"`
 	// Tick is how often a watching pass looks at the head, and how often
 	// any pass polls a proof or waits for a lease (FILL_TICK, default
 	// 500ms).
-	Tick time.Duration
+	Tick time.Duration `env:"FILL_TICK"`
 }
 
 // WithDefaults fills in every zero field.

@@ -14,10 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
-	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 // The fill's soundness rules and pass behaviour, each against a fresh real

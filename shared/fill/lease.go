@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // The lease: one working pass per schema, held in fill_state's lease

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/shared/budget"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // finishAllowance is how long after the budget's end the last statements

@@ -6,7 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/shared/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 )
 
 // Waiting values of Result.Waiting: why work remains at the end of a pass.
@@ -105,21 +106,7 @@ func (r *Result) String() string {
 
 // LogValue makes the log line the response: every JSON field of the
 // Result, under the same names.
-func (r *Result) LogValue() slog.Value {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return slog.StringValue(err.Error())
-	}
-	var fields map[string]any
-	if err := json.Unmarshal(b, &fields); err != nil {
-		return slog.StringValue(err.Error())
-	}
-	attrs := make([]slog.Attr, 0, len(fields))
-	for k, v := range fields {
-		attrs = append(attrs, slog.Any(k, v))
-	}
-	return slog.GroupValue(attrs...)
-}
+func (r *Result) LogValue() slog.Value { return logging.JSONValue(r) }
 
 // Metrics are the EMF values of the pass. A pass that never read the head
 // (it waited on the lease, or failed first) reports no position: a zero

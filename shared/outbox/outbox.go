@@ -9,25 +9,76 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
 // Event is one row of the ordered stream; Placeholder() marks a sequence
 // that was abandoned, which a consumer advances over.
-type Event = store.Event
+type Event struct {
+	Sequence int64
+	// XID is the writer's transaction id; nil for placeholders.
+	XID        *uint64
+	Topic      string // empty for placeholders
+	Payload    json.RawMessage
+	Headers    json.RawMessage
+	RecordedAt time.Time
+	// FilledBy says which path wrote a placeholder ("fill", "compensate",
+	// "operator"); empty for real events.
+	FilledBy string
+}
+
+// Placeholder says the row marks an abandoned sequence; consumers skip it.
+func (e Event) Placeholder() bool { return e.FilledBy != "" }
 
 // Delivery is one row of the delivery outbox.
-type Delivery = store.Delivery
+type Delivery struct {
+	ID           int64
+	Recipient    string
+	Kind         string
+	TenantID     *string
+	Payload      []byte
+	State        string // pending, delivered, acked or dead
+	Attempts     int
+	Redeliveries int
+	CreatedAt    time.Time
+	DeliveredAt  *time.Time
+	AckedAt      *time.Time
+	DeadAt       *time.Time
+}
 
-// StateConflictError is a lost compare-and-set on a delivery.
-type StateConflictError = store.StateConflictError
+// ErrLostRace is matched (errors.Is) by every *StateConflictError.
+var ErrLostRace = errors.New("delivery state changed concurrently")
 
-// ErrLostRace matches every StateConflictError (errors.Is).
-var ErrLostRace = store.ErrLostRace
+// StateConflictError is a lost compare-and-set on a delivery: the row was
+// not in the state the transition starts from (another relay, an ack or
+// the sweep moved it).
+type StateConflictError struct {
+	ID     int64
+	From   string // the state the transition required
+	To     string
+	Actual string // the state found, "" when the row does not exist
+}
+
+func (e *StateConflictError) Error() string {
+	actual := e.Actual
+	if actual == "" {
+		actual = "missing"
+	}
+	return fmt.Sprintf("delivery %d: cannot move %s→%s: it is %s", e.ID, e.From, e.To, actual)
+}
+
+func (e *StateConflictError) Is(target error) bool { return target == ErrLostRace }
+
+// RollbackReporter sends a rollback report; sqsreport.Reporter is the one
+// for the compensate function's queue.
+type RollbackReporter interface {
+	Report(ctx context.Context, r report.Report) error
+}
 
 // DB is a pool or a connection: what the Outbox runs its own statements on.
 type DB interface {
@@ -64,7 +115,7 @@ func New(db DB, opts Options) (*Outbox, error) {
 		return nil, errors.New("outbox: nil DB")
 	}
 	if opts.Schema == "" {
-		opts.Schema = config.DefaultSchema
+		opts.Schema = store.DefaultSchema
 	}
 	schema, err := store.ParseSchema(opts.Schema)
 	if err != nil {
@@ -138,7 +189,15 @@ func (o *Outbox) ReadContiguous(ctx context.Context, after int64, limit int) ([]
 	if limit <= 0 {
 		return nil, nil
 	}
-	return o.events.ReadContiguous(ctx, o.db, after, limit)
+	rows, err := o.events.ReadContiguous(ctx, o.db, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = Event(r)
+	}
+	return out, nil
 }
 
 // Head is the allocation head: the highest sequence handed to any writer.
@@ -166,19 +225,37 @@ func (o *Outbox) ClaimPending(ctx context.Context, tx pgx.Tx, limit int) ([]Deli
 	if tx == nil {
 		return nil, errors.New("outbox: ClaimPending needs a transaction to hold its row locks")
 	}
-	return o.deliveries.ClaimPending(ctx, tx, limit)
+	rows, err := o.deliveries.ClaimPending(ctx, tx, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Delivery, len(rows))
+	for i, r := range rows {
+		out[i] = Delivery(r)
+	}
+	return out, nil
 }
 
 // MarkDelivered moves a delivery pending→delivered (attempts+1,
 // delivered_at now). A lost race returns a *StateConflictError.
 func (o *Outbox) MarkDelivered(ctx context.Context, tx pgx.Tx, id int64) error {
-	return o.deliveries.MarkDelivered(ctx, o.querier(tx), id)
+	return lostRace(o.deliveries.MarkDelivered(ctx, o.querier(tx), id))
 }
 
 // Ack moves a delivery delivered→acked. A lost race (the sweep reset it,
 // or it was already acked) returns a *StateConflictError.
 func (o *Outbox) Ack(ctx context.Context, tx pgx.Tx, id int64) error {
-	return o.deliveries.Ack(ctx, o.querier(tx), id)
+	return lostRace(o.deliveries.Ack(ctx, o.querier(tx), id))
+}
+
+// lostRace turns the SQL layer's lost compare-and-set into this package's
+// *StateConflictError; any other error passes through.
+func lostRace(err error) error {
+	var c *store.StateConflictError
+	if errors.As(err, &c) {
+		return &StateConflictError{ID: c.ID, From: c.From, To: c.To, Actual: c.Actual}
+	}
+	return err
 }
 
 func (o *Outbox) querier(tx pgx.Tx) store.Querier {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 func newOutbox(t *testing.T, db *testdb.DB, opts outbox.Options) *outbox.Outbox {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
+
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
@@ -17,11 +19,11 @@ import (
 
 // sqsReporter returns a Reporter sending to a fresh fauxqs queue, and a
 // function that collects the reports that arrived there.
-func sqsReporter(t *testing.T, maxSequences int) (*outbox.Reporter, func(want int) []report.Report) {
+func sqsReporter(t *testing.T, maxSequences int) (*sqsreport.Reporter, func(want int) []report.Report) {
 	t.Helper()
 	client := sqstest.Client(t)
 	url := sqstest.NewQueue(t, client, "reports", nil)
-	r, err := outbox.NewReporter(client, url, outbox.ReporterOptions{MaxSequences: maxSequences})
+	r, err := sqsreport.New(client, url, sqsreport.Options{MaxSequences: maxSequences})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +76,7 @@ func TestReporterBodyIsTheDesignShape(t *testing.T) {
 	t.Parallel()
 	client := sqstest.Client(t)
 	url := sqstest.NewQueue(t, client, "shape", nil)
-	r, _ := outbox.NewReporter(client, url, outbox.ReporterOptions{})
+	r, _ := sqsreport.New(client, url, sqsreport.Options{})
 	if err := r.Report(context.Background(), report.Report{XID: 42, HasXID: true, Sequences: []int64{1201, 1202, 1207}}); err != nil {
 		t.Fatal(err)
 	}

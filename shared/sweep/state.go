@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // stateSQL is the SQL for <schema>.sweep_state (infra/sql/0004), the
@@ -13,9 +13,9 @@ type stateSQL struct {
 	recordPass string
 }
 
-func newStateSQL(schema store.Schema) *stateSQL {
+func newStateSQL(schema store.Schema) stateSQL {
 	t := schema.Table("sweep_state")
-	return &stateSQL{
+	return stateSQL{
 		// An upsert rather than an update: the migration inserts the one
 		// row, but if an operator deleted it the next pass recreates it
 		// instead of silently recording nothing. Totals are added in SQL,
@@ -34,7 +34,7 @@ func newStateSQL(schema store.Schema) *stateSQL {
 }
 
 // record adds one pass to sweep_state.
-func (s *stateSQL) record(ctx context.Context, q store.Querier, res Result) error {
+func (s stateSQL) record(ctx context.Context, q store.Querier, res *Result) error {
 	if _, err := q.Exec(ctx, s.recordPass, res.Reset, res.Dead, res.StuckPending); err != nil {
 		return fmt.Errorf("record pass in sweep_state: %w", err)
 	}

@@ -1,7 +1,8 @@
-// Package sweep is the delivery sweeper (DESIGN §6): the serverless form of
-// cloacina's DeliverySweeper. One bounded pass, run by an EventBridge
-// schedule, finds deliveries pushed but never acknowledged and puts them back
-// to pending (or dead after too many tries), then wakes the relay.
+// Package sweep is the delivery sweeper: the serverless form of cloacina's
+// DeliverySweeper. One bounded pass, run by an EventBridge schedule, finds
+// deliveries pushed but never acknowledged and puts them back to pending
+// (or dead after too many tries), then wakes the relay. docs/design.md
+// ("The sweep pass") is its contract.
 //
 // Two things differ from the reference on purpose:
 //   - stuck time is measured from delivered_at, not created_at: a row
@@ -16,113 +17,120 @@
 package sweep
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/shared/budget"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
-// Config is a sweep's configuration: the SWEEP_* settings (see config.Sweep
-// for each field's meaning and default) plus what the pass runs against.
+// Defaults of Config, as the configuration table of docs/design.md lists
+// them.
+const (
+	DefaultStuckAfter      = 60 * time.Second
+	DefaultBatchLimit      = 1000
+	DefaultMaxRedeliveries = 10
+	DefaultPassBudget      = 20 * time.Second
+)
+
+// NeverDead as Config.MaxRedeliveries resets a stuck row however often it
+// comes back, and never marks it dead.
+const NeverDead = -1
+
+// Config tunes the sweep pass. A zero field means its default, applied by
+// New, so Config{} is the documented default configuration.
 type Config struct {
-	config.Sweep
-	// Schema holds the outbox tables (OUTBOX_SCHEMA); default "outbox".
-	Schema string
+	// Schema holds the outbox tables (OUTBOX_SCHEMA). Default "outbox".
+	Schema string `env:"OUTBOX_SCHEMA"`
+	// StuckAfter is how long a delivery may stay delivered without an ack,
+	// measured from delivered_at on the database clock (SWEEP_STUCK_AFTER,
+	// default 60s).
+	StuckAfter time.Duration `env:"SWEEP_STUCK_AFTER"`
+	// BatchLimit caps the rows one reset statement touches
+	// (SWEEP_BATCH_LIMIT, default 1000).
+	BatchLimit int `env:"SWEEP_BATCH_LIMIT"`
+	// MaxRedeliveries is how many resets a row gets before a stuck push
+	// makes it dead (SWEEP_MAX_REDELIVERIES, default 10; NeverDead for
+	// never).
+	MaxRedeliveries int `env:"SWEEP_MAX_REDELIVERIES"`
+	// PassBudget bounds one pass (SWEEP_PASS_BUDGET, default 20s); the
+	// Lambda deadline minus 2s bounds it further.
+	PassBudget time.Duration `env:"SWEEP_PASS_BUDGET"`
+}
+
+// WithDefaults fills in every zero field.
+func (c Config) WithDefaults() Config {
+	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
+	c.StuckAfter = cmp.Or(c.StuckAfter, DefaultStuckAfter)
+	c.BatchLimit = cmp.Or(c.BatchLimit, DefaultBatchLimit)
+	c.MaxRedeliveries = cmp.Or(c.MaxRedeliveries, DefaultMaxRedeliveries)
+	c.PassBudget = cmp.Or(c.PassBudget, DefaultPassBudget)
+	return c
+}
+
+// Validate is the one check of a Config, on its defaults; its errors (a
+// *setting.Error) name the field, which shared/config turns into the
+// variable's name.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	v := setting.Checker{Pass: "sweep"}
+	_, err := store.ParseSchema(c.Schema)
+	v.Check(err == nil, "Schema", c.Schema, "must be a plain lower-case identifier, not pg_*")
+	v.Check(c.StuckAfter >= time.Second, "StuckAfter", c.StuckAfter, "must be at least 1s")
+	v.Check(c.BatchLimit >= 1 && c.BatchLimit <= 100_000, "BatchLimit", c.BatchLimit, "must be between 1 and 100000")
+	v.Check(c.MaxRedeliveries == NeverDead || c.MaxRedeliveries >= 1 && c.MaxRedeliveries <= 1_000_000,
+		"MaxRedeliveries", c.MaxRedeliveries, "must be between 0 (never dead) and 1000000")
+	v.Check(c.PassBudget >= 100*time.Millisecond, "PassBudget", c.PassBudget, "must be at least 100ms")
+	return v.Err()
+}
+
+// maxRedeliveries is the reset statement's limit: 0 there means never.
+func (c Config) maxRedeliveries() int { return max(c.MaxRedeliveries, 0) }
+
+// Options are the injectable parts of a Service.
+type Options struct {
 	// Now is the pass's clock, for the budget and duration_ms only. Stuck
 	// thresholds use the database clock. Default time.Now.
 	Now func() time.Time
+	// Logger receives the one line per pass; slog.Default() by default.
+	Logger *slog.Logger
+	// Metrics receives the EMF line per pass; metrics.New("sweep") by default.
+	Metrics *metrics.Emitter
 }
 
-// DefaultConfig is DESIGN §7's defaults.
-func DefaultConfig() Config {
-	return Config{Sweep: config.Sweep{
-		StuckAfter:      config.DefaultSweepStuckAfter,
-		BatchLimit:      config.DefaultSweepBatchLimit,
-		MaxRedeliveries: config.DefaultSweepMaxRedeliveries,
-		PassBudget:      config.DefaultSweepPassBudget,
-	}, Schema: config.DefaultSchema}
-}
-
-// validate reports the first unusable setting. The environment loader
-// already bounds these; this guards callers that build a Config by hand.
-func (c Config) validate() error {
-	switch {
-	case c.StuckAfter < 0:
-		return fmt.Errorf("sweep: StuckAfter %s is negative", c.StuckAfter)
-	case c.BatchLimit < 1:
-		return fmt.Errorf("sweep: BatchLimit %d must be at least 1", c.BatchLimit)
-	case c.MaxRedeliveries < 0:
-		return fmt.Errorf("sweep: MaxRedeliveries %d is negative (0 means never)", c.MaxRedeliveries)
-	case c.PassBudget <= 0:
-		return fmt.Errorf("sweep: PassBudget %s must be positive", c.PassBudget)
-	}
-	return nil
-}
-
-// Result is what one pass did; it is also the Lambda response.
-type Result struct {
-	// Reset is how many delivered rows went back to pending.
-	Reset int64 `json:"reset"`
-	// Dead is how many stuck rows had used up their redeliveries.
-	Dead int64 `json:"dead"`
-	// StuckPending counts pending rows created longer than StuckAfter ago,
-	// as found at the start of the pass (so rows this pass reset are not
-	// counted twice). They are not changed; the wake is for them.
-	StuckPending int64 `json:"stuck_pending"`
-	// Open and OldestOpenAgeS describe the pending and delivered rows at
-	// the start of the pass: how many, and the age in seconds of the
-	// oldest by created_at (0 when none).
-	Open           int64   `json:"open"`
-	OldestOpenAgeS float64 `json:"oldest_open_age_s"`
-	// Woken says the relay was notified (any stuck work found).
-	Woken bool `json:"woken"`
-	// Batches is the number of reset statements sent.
-	Batches int `json:"batches"`
-	// More says the pass ended on its budget with stuck rows left; the next
-	// pass continues.
-	More bool `json:"more"`
-	// Statements is every statement the pass sent.
-	Statements int64 `json:"statements"`
-	// DurationMs is the pass's wall time.
-	DurationMs int64 `json:"duration_ms"`
-
-	counted bool // Open/OldestOpenAgeS were read (metrics skip them if not)
-}
-
-// Sweeper runs sweep passes. It is safe for concurrent use, and several
-// Sweepers (several Lambda environments) may run at once: each row is moved
+// Service runs sweep passes. It is safe for concurrent use, and several
+// Services (several Lambda environments) may run at once: each row is moved
 // by exactly one of them.
-type Sweeper struct {
-	db         store.Querier
+type Service struct {
+	db         store.DB
 	cfg        Config
+	opts       Options
 	deliveries *store.DeliverySweep
-	state      *stateSQL
+	state      stateSQL
 }
 
-// New validates cfg and returns a Sweeper that runs its statements on db
-// (a pool; each statement is its own transaction).
-func New(db store.Querier, cfg Config) (*Sweeper, error) {
+// New applies the defaults, validates cfg and returns a Service that runs
+// its statements on db (a pool; each statement is its own transaction).
+func New(db store.DB, cfg Config, opts Options) (*Service, error) {
 	if db == nil {
-		return nil, errors.New("sweep: nil database")
+		return nil, &setting.Error{Pass: "sweep", Field: "db", Value: nil, Reason: "must not be nil"}
 	}
-	if cfg.Schema == "" {
-		cfg.Schema = config.DefaultSchema
-	}
-	schema, err := store.ParseSchema(cfg.Schema)
-	if err != nil {
-		return nil, fmt.Errorf("sweep: %w", err)
-	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	cfg = cfg.WithDefaults()
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
-	return &Sweeper{db: db, cfg: cfg, deliveries: store.NewDeliverySweep(schema), state: newStateSQL(schema)}, nil
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	opts.Metrics = cmp.Or(opts.Metrics, metrics.New("sweep"))
+	schema := store.MustSchema(cfg.Schema)
+	return &Service{db: db, cfg: cfg, opts: opts, deliveries: store.NewDeliverySweep(schema), state: newStateSQL(schema)}, nil
 }
 
 // RunOnce is one pass:
@@ -135,14 +143,17 @@ func New(db store.Querier, cfg Config) (*Sweeper, error) {
 // On error it returns what was done so far with the error. Every batch is
 // one autocommitted statement, so a failure or a cancelled context never
 // leaves a batch half applied: its rows stay delivered for the next pass.
-func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
-	start := s.cfg.Now()
+func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
+	start := s.opts.Now()
 	limit := budget.For(ctx, s.cfg.PassBudget, start)
 	q := &store.Counting{Q: s.db}
-	var res Result
-	finish := func(err error) (Result, error) {
+	res := &Result{}
+	finish := func(err error) (*Result, error) {
 		res.Statements = q.Count()
-		res.DurationMs = s.cfg.Now().Sub(start).Milliseconds()
+		res.DurationMS = s.opts.Now().Sub(start).Milliseconds()
+		if err != nil {
+			res.Error = err.Error()
+		}
 		return res, err
 	}
 
@@ -153,12 +164,12 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 	res.StuckPending, res.Open, res.OldestOpenAgeS, res.counted = counts.StuckPending, counts.Open, counts.OldestOpenAge, true
 
 	for {
-		if !budgetLeft(s.cfg.Now().Sub(start), limit) {
+		if !budgetLeft(s.opts.Now().Sub(start), limit) {
 			// Stopped by the budget, not by running out of rows.
 			res.More = true
 			break
 		}
-		b, err := s.deliveries.ResetStuck(ctx, q, s.cfg.StuckAfter, s.cfg.BatchLimit, s.cfg.MaxRedeliveries)
+		b, err := s.deliveries.ResetStuck(ctx, q, s.cfg.StuckAfter, s.cfg.BatchLimit, s.cfg.maxRedeliveries())
 		if err != nil {
 			return finish(fmt.Errorf("sweep: batch %d: %w", res.Batches+1, err))
 		}

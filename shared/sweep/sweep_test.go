@@ -15,38 +15,43 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
 // ---- helpers ---------------------------------------------------------------
 
 func testConfig(mut ...func(*sweep.Config)) sweep.Config {
-	c := sweep.Config{Sweep: config.Sweep{
+	c := sweep.Config{
+		Schema:          testdb.Schema,
 		StuckAfter:      time.Minute,
 		BatchLimit:      1000,
 		MaxRedeliveries: 10,
 		PassBudget:      30 * time.Second,
-	}, Schema: testdb.Schema}
+	}
 	for _, m := range mut {
 		m(&c)
 	}
 	return c
 }
 
-func newSweeper(t testing.TB, db store.Querier, mut ...func(*sweep.Config)) *sweep.Sweeper {
+func newSweeper(t testing.TB, db store.DB, mut ...func(*sweep.Config)) *sweep.Service {
 	t.Helper()
-	s, err := sweep.New(db, testConfig(mut...))
+	return newSweeperWith(t, db, testConfig(mut...), sweep.Options{})
+}
+
+func newSweeperWith(t testing.TB, db store.DB, cfg sweep.Config, opts sweep.Options) *sweep.Service {
+	t.Helper()
+	s, err := sweep.New(db, cfg, opts)
 	if err != nil {
 		t.Fatalf("sweep.New: %v", err)
 	}
 	return s
 }
 
-func run(t testing.TB, s *sweep.Sweeper) sweep.Result {
+func run(t testing.TB, s *sweep.Service) *sweep.Result {
 	t.Helper()
 	res, err := s.RunOnce(context.Background())
 	if err != nil {
@@ -141,8 +146,6 @@ func get(t testing.TB, q store.Querier, id int64) row {
 	return r
 }
 
-// ---- issue 5, test 1 -------------------------------------------------------
-
 // A delivered row past the threshold is reset; a fresh one is not. Rows go
 // through the real relay calls (Enqueue, MarkDelivered), then one is aged.
 func TestStuckRowResetFreshRowNot(t *testing.T) {
@@ -190,8 +193,6 @@ func TestStuckRowResetFreshRowNot(t *testing.T) {
 	invariants(t, db.Pool)
 }
 
-// ---- issue 5, test 2 -------------------------------------------------------
-
 // A row created long ago but delivered just now is not stuck: the threshold
 // runs from delivered_at (the reference measured from created_at).
 func TestStuckTimeRunsFromDeliveredAt(t *testing.T) {
@@ -212,8 +213,6 @@ func TestStuckTimeRunsFromDeliveredAt(t *testing.T) {
 		t.Fatalf("open %d oldest %.0fs, want 1 and about 3h", res.Open, res.OldestOpenAgeS)
 	}
 }
-
-// ---- issue 5, test 3 -------------------------------------------------------
 
 // A second sweep right after the first resets nothing and creates nothing.
 func TestSecondSweepResetsNothing(t *testing.T) {
@@ -242,8 +241,6 @@ func TestSecondSweepResetsNothing(t *testing.T) {
 	invariants(t, db.Pool)
 }
 
-// ---- issue 5, test 4 -------------------------------------------------------
-
 // Four sweeps, each on its own pool (as four Lambda environments would
 // be), start together over 5,000 stuck rows: every row is reset exactly
 // once and the reset figures add up to 5,000.
@@ -254,7 +251,7 @@ func TestConcurrentSweepsResetEachRowOnce(t *testing.T) {
 	seedDelivered(t, db, n, time.Hour)
 
 	start := make(chan struct{})
-	results := make([]sweep.Result, sweepers)
+	results := make([]*sweep.Result, sweepers)
 	errs := make([]error, sweepers)
 	var wg sync.WaitGroup
 	for i := range sweepers {
@@ -298,8 +295,6 @@ func TestConcurrentSweepsResetEachRowOnce(t *testing.T) {
 	}
 	invariants(t, db.Pool)
 }
-
-// ---- issue 5, test 5 -------------------------------------------------------
 
 // Sweeps race a relay acking and re-marking the same rows. An ack that
 // succeeded is final (the sweep never resets an acked row); a row the relay
@@ -498,8 +493,6 @@ func TestSweepNeverResetsAnAckedRow(t *testing.T) {
 	invariants(t, db.Pool)
 }
 
-// ---- issue 5, test 6 -------------------------------------------------------
-
 // A row stuck once more after using up its redeliveries becomes dead, and
 // later sweeps leave it alone.
 func TestMaxRedeliveriesMakesRowDead(t *testing.T) {
@@ -553,12 +546,12 @@ func TestMaxRedeliveriesMakesRowDead(t *testing.T) {
 }
 
 // SWEEP_MAX_REDELIVERIES=0 means never dead, however often a row is reset.
-func TestMaxRedeliveriesZeroMeansNever(t *testing.T) {
+func TestNeverDeadKeepsResetting(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ids := seedDelivered(t, db, 3, time.Hour)
 	exec(t, db.Pool, `UPDATE outbox.deliveries SET redeliveries = 500, attempts = 501 WHERE id = ANY($1)`, ids)
-	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = 0 }))
+	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = sweep.NeverDead }))
 	if res.Reset != 3 || res.Dead != 0 {
 		t.Fatalf("%+v, want 3 reset and none dead", res)
 	}
@@ -583,8 +576,6 @@ func TestResetAndDeadInOneBatch(t *testing.T) {
 	}
 	invariants(t, db.Pool)
 }
-
-// ---- issue 5, test 7 -------------------------------------------------------
 
 // statementTracer counts what the pool sends, independently of the pass's
 // own counter.
@@ -669,7 +660,7 @@ func TestBudgetStopsBatches(t *testing.T) {
 	var clock atomic.Int64
 	base := time.Now()
 	now := func() time.Time { return base.Add(time.Duration(clock.Add(1)) * time.Second) }
-	s := newSweeper(t, db.Pool, func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 1500 * time.Millisecond; c.Now = now })
+	s := newSweeperWith(t, db.Pool, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 1500 * time.Millisecond }), sweep.Options{Now: now})
 	res := run(t, s)
 	if res.Reset != 10 || res.Batches != 1 || !res.More {
 		t.Fatalf("first pass %+v, want one batch of 10 and more", res)
@@ -682,8 +673,6 @@ func TestBudgetStopsBatches(t *testing.T) {
 		t.Fatalf("three passes reset %d, want 30", total)
 	}
 }
-
-// ---- issue 5, test 8 -------------------------------------------------------
 
 // The wake arrives on a LISTENing connection once per pass with stuck work
 // and not for a pass without. Absence is proved without a sleep: a sentinel
@@ -743,12 +732,10 @@ func TestWakeNotification(t *testing.T) {
 	sentinel("after-quiet-pass")
 }
 
-// ---- issue 5, test 9 -------------------------------------------------------
-
 // cancelOnBatch cancels the pass's context a moment after the given reset
 // statement has been sent, while the database is still running it.
 type cancelOnBatch struct {
-	store.Querier
+	store.DB
 	batch  int
 	cancel context.CancelFunc
 	seen   atomic.Int32
@@ -758,7 +745,7 @@ func (c *cancelOnBatch) QueryRow(ctx context.Context, sql string, args ...any) p
 	if strings.HasPrefix(sql, store.SweepResetTag) && int(c.seen.Add(1)) == c.batch {
 		time.AfterFunc(50*time.Millisecond, c.cancel)
 	}
-	return c.Querier.QueryRow(ctx, sql, args...)
+	return c.DB.QueryRow(ctx, sql, args...)
 }
 
 // The context is cancelled in the middle of the third batch (a trigger
@@ -775,7 +762,7 @@ func TestCancelledMidPass(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	q := &cancelOnBatch{Querier: db.Pool, batch: 3, cancel: cancel}
+	q := &cancelOnBatch{DB: db.Pool, batch: 3, cancel: cancel}
 	s := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 })
 	res, err := s.RunOnce(ctx)
 	if !errors.Is(err, context.Canceled) {

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 // consumer reads the ordered stream as an application would: ReadContiguous

@@ -13,14 +13,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/shared/fill"
+	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
+
 	"github.com/outboxkeeper/outboxkeeper/internal/repo"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
 )
 
 // demoConfig is the demo's knobs (see main.go for the variables).
@@ -83,7 +86,7 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 		stack.Functions["compensate"].URL, stack.LogDir)
 	fmt.Fprintf(out, "  schedule   %s; compensate from SQS (batch %d, window %s, %d at once)\n",
 		stack.ScheduleNote(), stack.Template.BatchSize, stack.Template.BatchingWindow, len(stack.Compensators))
-	fillCfg, err := config.LoadFill(config.FromMap(stack.FunctionEnv("fill")))
+	fillCfg, err := config.Load[fill.Config](config.FromMap(stack.FunctionEnv("fill")))
 	if err != nil {
 		return false, err
 	}
@@ -105,7 +108,7 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	defer pool.Close()
 
 	l := newLedger()
-	sqsReporter, err := outbox.NewSQSReporter(ctx, stack.Queues.URL, outbox.ReporterOptions{})
+	sqsReporter, err := sqsreport.NewFromEnvironment(ctx, stack.Queues.URL, sqsreport.Options{})
 	if err != nil {
 		return false, err
 	}

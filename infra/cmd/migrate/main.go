@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
-	"github.com/outboxkeeper/outboxkeeper/shared/migrate"
 )
 
 func main() {

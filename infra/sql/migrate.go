@@ -1,7 +1,4 @@
-// Package migrate applies the embedded SQL migrations of infra/sql to one
-// outbox schema: in name order, each recorded in <schema>.schema_migrations,
-// a no-op when already applied, and safe when two processes run it at once.
-package migrate
+package migrations
 
 import (
 	"context"
@@ -12,8 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/shared/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // Migration is one embedded file.
@@ -33,14 +29,14 @@ func Load(schema string) ([]Migration, error) {
 	if err := store.ValidSchema(schema); err != nil {
 		return nil, fmt.Errorf("migrate: schema %q: %w", schema, err)
 	}
-	names, err := fs.Glob(migrations.Files, "*.sql")
+	names, err := fs.Glob(Files, "*.sql")
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(names)
 	out := make([]Migration, 0, len(names))
 	for _, name := range names {
-		body, err := migrations.Files.ReadFile(name)
+		body, err := Files.ReadFile(name)
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package migrate_test
+package migrations_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/migrate"
 )
 
 func TestApplyTwiceIsANoOp(t *testing.T) {

@@ -1,4 +1,10 @@
-package outbox
+// Package sqsreport sends rollback reports to the compensate function's
+// SQS queue: the one part of the application library that needs the AWS
+// SDK, kept apart so that importing shared/outbox pulls in none of it.
+//
+//	rep, err := sqsreport.NewFromEnvironment(ctx, queueURL, sqsreport.Options{})
+//	ob, err := outbox.New(pool, outbox.Options{Reporter: rep})
+package sqsreport
 
 import (
 	"context"
@@ -12,34 +18,30 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
-// RollbackReporter sends a rollback report. *Reporter is the SQS one.
-type RollbackReporter interface {
-	Report(ctx context.Context, r report.Report) error
-}
-
 // SQSSender is the part of the SQS client the Reporter uses.
 type SQSSender interface {
 	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
 }
 
-// Reporter sends rollback reports (DESIGN §5) to the compensate queue.
+// Reporter sends rollback reports to the compensate queue; it is an
+// outbox.RollbackReporter.
 type Reporter struct {
 	client       SQSSender
 	queueURL     string
 	maxSequences int
 }
 
-// ReporterOptions configure a Reporter.
-type ReporterOptions struct {
+// Options configure a Reporter.
+type Options struct {
 	// MaxSequences per message; must not exceed the compensate function's
 	// COMPENSATE_MAX_SEQUENCES. Default 10000.
 	MaxSequences int
 }
 
-// NewReporter sends to queueURL with client.
-func NewReporter(client SQSSender, queueURL string, opts ReporterOptions) (*Reporter, error) {
+// New sends to queueURL with client.
+func New(client SQSSender, queueURL string, opts Options) (*Reporter, error) {
 	if client == nil || queueURL == "" {
-		return nil, errors.New("outbox: reporter needs an SQS client and a queue URL")
+		return nil, errors.New("sqsreport: a reporter needs an SQS client and a queue URL")
 	}
 	if opts.MaxSequences <= 0 {
 		opts.MaxSequences = report.DefaultMaxSequences
@@ -47,15 +49,16 @@ func NewReporter(client SQSSender, queueURL string, opts ReporterOptions) (*Repo
 	return &Reporter{client: client, queueURL: queueURL, maxSequences: opts.MaxSequences}, nil
 }
 
-// NewSQSReporter builds the SQS client from the default AWS configuration
-// chain. aws-sdk-go-v2 reads AWS_ENDPOINT_URL_SQS (or AWS_ENDPOINT_URL)
-// there, which is how the local stack points it at the emulator.
-func NewSQSReporter(ctx context.Context, queueURL string, opts ReporterOptions) (*Reporter, error) {
+// NewFromEnvironment builds the SQS client from the default AWS
+// configuration chain. aws-sdk-go-v2 reads AWS_ENDPOINT_URL_SQS (or
+// AWS_ENDPOINT_URL) there, which is how the local stack points it at the
+// emulator.
+func NewFromEnvironment(ctx context.Context, queueURL string, opts Options) (*Reporter, error) {
 	cfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: load AWS config: %w", err)
+		return nil, fmt.Errorf("sqsreport: load AWS config: %w", err)
 	}
-	return NewReporter(sqs.NewFromConfig(cfg), queueURL, opts)
+	return New(sqs.NewFromConfig(cfg), queueURL, opts)
 }
 
 // Report sends r, split into messages of at most MaxSequences each. Every

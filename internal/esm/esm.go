@@ -1,4 +1,6 @@
-package compensate
+// Package esm builds the events Lambda's SQS event source mapping delivers,
+// for the local driver and the tests, which play the mapping.
+package esm
 
 import (
 	"github.com/aws/aws-lambda-go/events"
@@ -6,12 +8,11 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// EventFromMessages builds the event that the Lambda SQS event source
-// mapping would deliver for messages received from the queue arn: for the
-// local driver and the tests, which play the event source mapping. Receive
-// the messages with MessageSystemAttributeNames All (the handler reads
+// Event builds the event that the SQS event source mapping would deliver
+// for messages received from the queue arn. Receive the messages with
+// MessageSystemAttributeNames All (the handler reads
 // ApproximateReceiveCount) and MessageAttributeNames All.
-func EventFromMessages(arn, region string, msgs []sqstypes.Message) events.SQSEvent {
+func Event(arn, region string, msgs []sqstypes.Message) events.SQSEvent {
 	ev := events.SQSEvent{Records: make([]events.SQSMessage, 0, len(msgs))}
 	for _, m := range msgs {
 		rec := events.SQSMessage{

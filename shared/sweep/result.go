@@ -1,0 +1,72 @@
+package sweep
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+)
+
+// Result is what one pass did: the Lambda response, the log line (LogValue)
+// and the metrics (Metrics), from this one definition.
+type Result struct {
+	// Reset is how many delivered rows went back to pending.
+	Reset int64 `json:"reset"`
+	// Dead is how many stuck rows had used up their redeliveries.
+	Dead int64 `json:"dead"`
+	// StuckPending counts pending rows created longer than StuckAfter ago,
+	// as found at the start of the pass (so rows this pass reset are not
+	// counted twice). They are not changed; the wake is for them.
+	StuckPending int64 `json:"stuck_pending"`
+	// Open and OldestOpenAgeS describe the pending and delivered rows at
+	// the start of the pass: how many, and the age in seconds of the
+	// oldest by created_at (0 when none).
+	Open           int64   `json:"open"`
+	OldestOpenAgeS float64 `json:"oldest_open_age_s"`
+	// Woken says the relay was notified (any stuck work found).
+	Woken bool `json:"woken"`
+	// Batches is the number of reset statements sent.
+	Batches int `json:"batches"`
+	// More says the pass ended on its budget with stuck rows left; the next
+	// pass continues.
+	More bool `json:"more"`
+	// Statements is every statement the pass sent.
+	Statements int64 `json:"statements"`
+	// DurationMS is the pass's wall time.
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+
+	counted bool // Open/OldestOpenAgeS were read (metrics skip them if not)
+}
+
+// String is the Result as its JSON response.
+func (r *Result) String() string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Sprintf("unprintable sweep result: %v", err)
+	}
+	return string(b)
+}
+
+// LogValue makes the log line the response: every JSON field of the
+// Result, under the same names.
+func (r *Result) LogValue() slog.Value { return logging.JSONValue(r) }
+
+// Metrics are the EMF values of one pass. The open-work gauges are left out
+// when the pass failed before reading them, rather than reported as 0.
+func (r *Result) Metrics() []metrics.Metric {
+	m := []metrics.Metric{
+		{Name: "SweepRuns", Unit: metrics.Count, Value: 1},
+		{Name: "Redeliveries", Unit: metrics.Count, Value: float64(r.Reset)},
+		{Name: "DeadLettered", Unit: metrics.Count, Value: float64(r.Dead)},
+	}
+	if r.counted {
+		m = append(m,
+			metrics.Metric{Name: "OpenDeliveries", Unit: metrics.Count, Value: float64(r.Open)},
+			metrics.Metric{Name: "OldestOpenAgeSeconds", Unit: metrics.Seconds, Value: r.OldestOpenAgeS},
+		)
+	}
+	return append(m, metrics.Metric{Name: "PassDurationMs", Unit: metrics.Milliseconds, Value: float64(r.DurationMS)})
+}
