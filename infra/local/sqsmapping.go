@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+
 	"github.com/outboxkeeper/outboxkeeper/internal/esm"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -65,7 +67,7 @@ func (m *Mapping) poll(ctx context.Context, f *Function) {
 		if err != nil {
 			if ctx.Err() == nil {
 				m.observeError(f, fmt.Errorf("receive: %w", err))
-				sleep(ctx, time.Second)
+				_ = budget.Sleep(ctx, time.Second)
 			}
 			continue
 		}
@@ -93,7 +95,7 @@ func (m *Mapping) gather(ctx context.Context) ([]types.Message, error) {
 		}
 		batch = append(batch, more...)
 		if len(more) == 0 {
-			sleep(ctx, min(100*time.Millisecond, time.Until(deadline)))
+			_ = budget.Sleep(ctx, min(100*time.Millisecond, time.Until(deadline)))
 		}
 	}
 	return batch, nil
@@ -183,15 +185,5 @@ func failedItems(resp json.RawMessage, batch []types.Message) (failed map[string
 func (m *Mapping) observeError(f *Function, err error) {
 	if m.Observe != nil {
 		m.Observe(Invocation{Function: f.Name + "-mapping", Start: time.Now(), Error: err.Error()})
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,11 +49,11 @@ func NewEvents(schema Schema) *Events {
 		// publish_batch takes the xid before it allocates (DESIGN §3.1).
 		// The xid is read back in the same statement (publish_batch has
 		// assigned it by then) so the caller can report a rollback exactly.
-		publish: `SELECT s, pg_current_xact_id()::text FROM ` + schema.Table("publish_batch") + `($1, $2::jsonb[], $3) AS s`,
+		publish: `SELECT s, pg_current_xact_id() FROM ` + schema.Table("publish_batch") + `($1, $2::jsonb[], $3) AS s`,
 		// Rows after the cursor up to, never past, the first missing
 		// sequence: in a contiguous run sequence - row_number() is constant,
 		// so the first row where it drifts is the first gap.
-		readContiguous: `SELECT sequence, xid::text, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
+		readContiguous: `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
 			FROM (SELECT *, sequence - row_number() OVER (ORDER BY sequence) AS drift
 			      FROM (SELECT * FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2) page) numbered
 			WHERE drift = $1 ORDER BY sequence`,
@@ -100,23 +99,18 @@ func (e *Events) Publish(ctx context.Context, tx Querier, topic string, payloads
 	if err != nil {
 		return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
 	}
-	var xid uint64
-	seqs := make([]int64, 0, len(payloads))
-	for rows.Next() {
-		var seq int64
-		var x string
-		if err := rows.Scan(&seq, &x); err != nil {
-			rows.Close()
-			return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
-		}
-		if xid, err = strconv.ParseUint(x, 10, 64); err != nil {
-			rows.Close()
-			return nil, 0, fmt.Errorf("publish to %s: xid %q: %w", topic, x, err)
-		}
-		seqs = append(seqs, seq)
+	type published struct {
+		Sequence int64
+		XID      uint64
 	}
-	if err := rows.Err(); err != nil {
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[published])
+	if err != nil {
 		return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
+	}
+	seqs := make([]int64, len(got))
+	var xid uint64
+	for i, p := range got {
+		seqs[i], xid = p.Sequence, p.XID
 	}
 	return seqs, xid, nil
 }
@@ -128,21 +122,7 @@ func (e *Events) ReadContiguous(ctx context.Context, q Querier, after int64, lim
 	if err != nil {
 		return nil, fmt.Errorf("read events after %d: %w", after, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
-		var ev Event
-		var xid *string
-		if err := row.Scan(&ev.Sequence, &xid, &ev.Topic, &ev.Payload, &ev.Headers, &ev.RecordedAt, &ev.FilledBy); err != nil {
-			return ev, err
-		}
-		if xid != nil {
-			v, err := strconv.ParseUint(*xid, 10, 64)
-			if err != nil {
-				return ev, fmt.Errorf("xid %q: %w", *xid, err)
-			}
-			ev.XID = &v
-		}
-		return ev, nil
-	})
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Event])
 	if err != nil {
 		return nil, fmt.Errorf("read events after %d: %w", after, err)
 	}

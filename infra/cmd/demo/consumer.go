@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 )
@@ -40,7 +42,7 @@ func (c *consumer) run(ctx context.Context) {
 			c.l.fail("consumer", err)
 		}
 		if n == 0 {
-			sleep(ctx, 50*time.Millisecond)
+			_ = budget.Sleep(ctx, 50*time.Millisecond)
 		}
 	}
 }

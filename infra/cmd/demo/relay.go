@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
@@ -34,7 +36,7 @@ func (r *relay) run(ctx context.Context) {
 			r.l.fail("relay", err)
 		}
 		if n == 0 {
-			sleep(ctx, 100*time.Millisecond)
+			_ = budget.Sleep(ctx, 100*time.Millisecond)
 		}
 	}
 }
@@ -73,11 +75,4 @@ func (r *relay) once(ctx context.Context) (int, error) {
 		}
 	}
 	return len(claimed), nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }
