@@ -169,7 +169,7 @@ func (w *world) allFilled(t *testing.T, seqs []int64) bool {
 	return true
 }
 
-// Test 10: rollback reports sent by the Reporter reach the real bootstrap
+// Rollback reports sent by the Reporter reach the real bootstrap
 // as an SQS event batch and are filled; a malformed message with no
 // COMPENSATE_DLQ_URL keeps failing and the queue's redrive policy moves it
 // to the redrive DLQ after maxReceiveCount receives.

@@ -25,8 +25,8 @@ const scheduledEvent = `{
   "detail": {}
 }`
 
-// issue 5, test 10: the real bootstrap under aws-lambda-rie, invoked with a
-// scheduled event, sweeps the test database and answers with the §6 JSON;
+// The real bootstrap under aws-lambda-rie, invoked with a
+// scheduled event, sweeps the test database and answers with the JSON of docs/design.md §6;
 // it logs one JSON line for the pass and one EMF line with its metrics.
 func TestEndToEndScheduledEvent(t *testing.T) {
 	t.Parallel()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Template checks (DESIGN §8, issue 6): cfn-lint must print nothing, and
+# Template checks (docs/design.md §8): cfn-lint must print nothing, and
 # `sam build` must produce three ELF arm64 bootstrap binaries.
 #
 # Tools come from infra/deploy/requirements.txt, installed into the

@@ -1,5 +1,5 @@
 // Package local runs outboxkeeper on one machine with the real parts of
-// DESIGN §8: the functions' bootstrap binaries under aws-lambda-rie, invoked
+// docs/design.md §8: the functions' bootstrap binaries under aws-lambda-rie, invoked
 // over the Lambda HTTP API exactly as Lambda does; a scheduler that plays
 // EventBridge for fill and sweep; and a poller that plays the SQS event
 // source mapping for compensate. `make demo` and `make up` are built on it.

@@ -1,4 +1,4 @@
--- The ordered outbox (DESIGN §2). {{schema}} is the quoted schema name and
+-- The ordered outbox (docs/design.md §2). {{schema}} is the quoted schema name and
 -- {{schema_name}} the same name as a string literal.
 
 CREATE SCHEMA IF NOT EXISTS {{schema}};
@@ -6,7 +6,7 @@ CREATE SCHEMA IF NOT EXISTS {{schema}};
 -- CACHE 1 is load-bearing: with a larger cache a session pre-allocates
 -- values that the sequence's last_value already counts but that nobody has
 -- handed out yet, so the allocation head would no longer say which
--- sequences a running writer may still hold (DESIGN §3.2).
+-- sequences a running writer may still hold (docs/design.md §3.2).
 CREATE SEQUENCE {{schema}}.events_sequence_seq AS bigint MINVALUE 1 START 1 CACHE 1 NO CYCLE;
 
 CREATE TABLE {{schema}}.events (
@@ -57,7 +57,7 @@ END
 $$;
 
 -- publish_batch is the one-statement publish used by the Go library and by
--- publish(). The order inside is the soundness rule of DESIGN §3.1: the
+-- publish(). The order inside is the soundness rule of docs/design.md §3.1: the
 -- transaction takes its xid *before* it allocates, so any marker xid taken
 -- after a sequence was allocated is newer than that sequence's writer.
 CREATE FUNCTION {{schema}}.publish_batch(p_topic text, p_payloads jsonb[], p_headers jsonb DEFAULT NULL)
@@ -84,7 +84,7 @@ END
 $$;
 
 -- publish is the SQL way to publish one event from any language. Its
--- parameter names are DESIGN §2's, so named notation (topic => ...) works;
+-- parameter names are §2's, so named notation (topic => ...) works;
 -- the body reads no table, so they shadow no column.
 CREATE FUNCTION {{schema}}.publish(topic text, payload jsonb, headers jsonb DEFAULT NULL)
 RETURNS bigint

@@ -1,4 +1,4 @@
--- The delivery outbox (DESIGN §2): rows pushed to recipients by a relay,
+-- The delivery outbox (docs/design.md §2): rows pushed to recipients by a relay,
 -- acknowledged by them, and redelivered by the sweep when they are not.
 
 CREATE TABLE {{schema}}.deliveries (

@@ -1,4 +1,4 @@
--- The fill function's state between invocations (DESIGN §4). A resident gap
+-- The fill function's state between invocations (docs/design.md §4). A resident gap
 -- filler keeps this in memory; a Lambda pass starts cold every minute, so the
 -- lease, the watermark and the stall episode live here instead. One row per
 -- schema: the fill works one table, and the lease makes it one pass at a time.

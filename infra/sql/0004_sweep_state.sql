@@ -1,4 +1,4 @@
--- The sweep function's own state (DESIGN §6): one row of pass totals, so an
+-- The sweep function's own state (docs/design.md §6): one row of pass totals, so an
 -- operator can see when the sweep last ran and how much it has redelivered
 -- without searching the logs. Written once per pass, in one statement.
 

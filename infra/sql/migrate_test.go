@@ -45,7 +45,7 @@ func TestApplyTwiceIsANoOp(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT second_outbox.publish('t', '{}')`).Scan(&seq); err != nil || seq != 1 {
 		t.Fatalf("publish in migrated schema: %d %v", seq, err)
 	}
-	// DESIGN §2's signature, by name, headers included.
+	// §2's signature, by name, headers included.
 	var headers string
 	if err := db.Pool.QueryRow(ctx, `SELECT second_outbox.publish(topic => 't', payload => '{}', headers => '{"h":1}')`).Scan(&seq); err != nil || seq != 2 {
 		t.Fatalf("publish by named arguments: %d %v", seq, err)
@@ -102,14 +102,14 @@ func TestSequenceHasCacheOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cache != 1 {
-		t.Fatalf("events_sequence_seq cache = %d, want 1 (DESIGN §3.2)", cache)
+		t.Fatalf("events_sequence_seq cache = %d, want 1 (docs/design.md §3.2)", cache)
 	}
 }
 
 // TestAllocationHead covers the head every fill and compensate decision
 // rests on: 0 before the first allocation, the last value handed out after,
 // one below the next value after setval(..., false), and no answer at all
-// once the sequence caches more than one value (DESIGN §3.2).
+// once the sequence caches more than one value (docs/design.md §3.2).
 func TestAllocationHead(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -142,7 +142,7 @@ func TestAllocationHead(t *testing.T) {
 	}
 }
 
-// DESIGN §2: deliveries' indexes cover only rows that are not acked (acked
+// docs/design.md §2: deliveries' indexes cover only rows that are not acked (acked
 // rows are the bulk of the table), and each open state, dead included, has
 // one.
 func TestDeliveriesIndexesSkipAcked(t *testing.T) {

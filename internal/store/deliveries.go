@@ -148,7 +148,7 @@ func (d *Deliveries) transition(ctx context.Context, q Querier, sql string, id i
 	return &StateConflictError{ID: id, From: from, To: to, Actual: actual}
 }
 
-// DeliverySweep is the sweep's SQL for <schema>.deliveries (DESIGN §6):
+// DeliverySweep is the sweep's SQL for <schema>.deliveries (docs/design.md §6):
 // set-based resets of stuck rows, the open-work counts and the relay wake.
 // It sits beside the relay's statements so every statement that changes a
 // delivery's state is in this file.
@@ -245,7 +245,7 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 				count(*),
 				coalesce(extract(epoch FROM now() - min(created_at))::float8, 0)
 			FROM ` + t + ` WHERE state IN ('pending', 'delivered')`,
-		// The payload byte for byte as DESIGN §2 writes it (json_build_object
+		// The payload byte for byte as docs/design.md §2 writes it (json_build_object
 		// would add spaces).
 		wake: `SELECT pg_notify($1, '{"reset":' || $2::bigint || ',"stuck_pending":' || $3::bigint || '}')`,
 	}

@@ -46,7 +46,7 @@ func NewEvents(schema Schema) *Events {
 	t := schema.Table("events")
 	return &Events{
 		schema: schema,
-		// publish_batch takes the xid before it allocates (DESIGN §3.1).
+		// publish_batch takes the xid before it allocates (docs/design.md §3.1).
 		// The xid is read back in the same statement (publish_batch has
 		// assigned it by then) so the caller can report a rollback exactly.
 		publish: `SELECT s, pg_current_xact_id() FROM ` + schema.Table("publish_batch") + `($1, $2::jsonb[], $3) AS s`,
@@ -60,7 +60,7 @@ func NewEvents(schema Schema) *Events {
 		readPage: `SELECT sequence FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2`,
 		head:     `SELECT ` + schema.Table("allocation_head") + `()`,
 		lowest:   `SELECT coalesce(min(sequence), 0) FROM ` + t,
-		// DESIGN §3.5: never overwrite. DO NOTHING keeps a committed row (or
+		// docs/design.md §3.5: never overwrite. DO NOTHING keeps a committed row (or
 		// another path's placeholder) and returns only what this call wrote.
 		// The notification of the range written rides in the same statement
 		// (§2), so it is sent exactly when the rows commit: a connection
@@ -85,7 +85,7 @@ func NewEvents(schema Schema) *Events {
 
 // Publish allocates one sequence per payload in tx and inserts the rows, in
 // one statement, returning the sequences in order and the transaction's xid.
-// The xid is assigned before any allocation (DESIGN §3.1).
+// The xid is assigned before any allocation (docs/design.md §3.1).
 func (e *Events) Publish(ctx context.Context, tx Querier, topic string, payloads [][]byte, headers []byte) ([]int64, uint64, error) {
 	docs := make([]string, len(payloads))
 	for i, p := range payloads {
@@ -171,7 +171,7 @@ type Written struct {
 
 // InsertPlaceholders writes a placeholder for each sequence that is still
 // missing and notifies the range it wrote on <schema>_events, in one
-// statement. The caller has proved every one of them abandoned (DESIGN §3).
+// statement. The caller has proved every one of them abandoned (docs/design.md §3).
 func (e *Events) InsertPlaceholders(ctx context.Context, q Querier, sequences []int64, filledBy string) (Written, error) {
 	var w Written
 	if len(sequences) == 0 {

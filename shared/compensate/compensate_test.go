@@ -360,7 +360,7 @@ func failedIDs(resp events.SQSEventResponse) []string {
 	return ids
 }
 
-// Test 1: a report for an aborted writer fills its missing sequences at
+// A report for an aborted writer fills its missing sequences at
 // once: one handler call, no grace, no proof.
 func TestAbortedWriterFilledAtOnce(t *testing.T) {
 	t.Parallel()
@@ -459,7 +459,7 @@ func TestFilledRangeNotified(t *testing.T) {
 	}
 }
 
-// Test 2a: a report whose writer is still open is deferred: its visibility
+// A report whose writer is still open is deferred: its visibility
 // is set to COMPENSATE_DEFER (seen through SQS: not receivable at once,
 // receivable again after the deferral, long before the queue's 30s
 // visibility timeout) and it is a failed item. After the writer rolls back,
@@ -511,7 +511,7 @@ func receiveNow(t *testing.T, f *fixture) []sqstypes.Message {
 	return out.Messages
 }
 
-// Test 2b: if the open writer commits instead, its real rows are kept.
+// If the open writer commits instead, its real rows are kept.
 func TestOpenWriterDeferredThenCommittedKeepsRows(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]string{"COMPENSATE_DEFER": "1s"})
@@ -566,7 +566,7 @@ func TestLongWriterDroppedAfterMaxDeferrals(t *testing.T) {
 	f.requireMissing(seqs)
 }
 
-// Test 3: a report naming sequences that were committed changes nothing:
+// A report naming sequences that were committed changes nothing:
 // the rows keep their xmin (never rewritten, not even by an update).
 func TestCommittedSequencesUnchanged(t *testing.T) {
 	t.Parallel()
@@ -597,7 +597,7 @@ func TestCommittedSequencesUnchanged(t *testing.T) {
 	}
 }
 
-// Test 4: every kind of bad input ends in the DLQ, body unchanged, with a
+// Every kind of bad input ends in the DLQ, body unchanged, with a
 // distinct reason in the `error` attribute; the rest of the batch succeeds.
 func TestBadInputToDLQ(t *testing.T) {
 	t.Parallel()
@@ -698,7 +698,7 @@ func TestDLQSendFailureIsFailedItem(t *testing.T) {
 	}
 }
 
-// Test 5a: the same message delivered twice fills once; the second time
+// The same message delivered twice fills once; the second time
 // writes nothing and fails nothing.
 func TestDuplicateDeliveryFillsOnce(t *testing.T) {
 	t.Parallel()
@@ -713,7 +713,7 @@ func TestDuplicateDeliveryFillsOnce(t *testing.T) {
 	}
 }
 
-// Test 5b: handlers processing overlapping reports at the same time fill
+// Handlers processing overlapping reports at the same time fill
 // each sequence exactly once, with no error (no deadlock, no conflict).
 func TestConcurrentOverlappingHandlers(t *testing.T) {
 	t.Parallel()
@@ -782,7 +782,7 @@ func TestConcurrentOverlappingHandlers(t *testing.T) {
 	}))
 }
 
-// Test 6: 10 reports of 100 sequences each cost one check and one insert
+// 10 reports of 100 sequences each cost one check and one insert
 // (which also notifies): two statements for 1000 placeholders.
 func TestBatchIsOneInsert(t *testing.T) {
 	t.Parallel()
@@ -807,7 +807,7 @@ func TestBatchIsOneInsert(t *testing.T) {
 	f.requirePlaceholders(all)
 }
 
-// Test 7: the database unreachable. The messages are reported failed after
+// The database unreachable. The messages are reported failed after
 // the configured retries and stay on the queue; once the database is back,
 // their redelivery fills them.
 func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
@@ -914,7 +914,7 @@ func TestDroppedConnectionReopened(t *testing.T) {
 	}
 }
 
-// Test 8: a savepoint rolled back inside a committed transaction. The
+// A savepoint rolled back inside a committed transaction. The
 // report carries the committed xid; only the missing sequences are filled,
 // the committed ones stay real.
 func TestSavepointRollbackInCommittedTx(t *testing.T) {

@@ -47,7 +47,7 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
-// TestEveryVariable sets each variable of §7 to a good and to a bad value:
+// TestEveryVariable sets each variable of docs/design.md §7 to a good and to a bad value:
 // the good one must land in its field, the bad one must fail naming the
 // variable and quoting the value.
 func TestEveryVariable(t *testing.T) {

@@ -136,7 +136,7 @@ func New(db DB, opts Options) (*Outbox, error) {
 
 // Publish records one event per payload in tx, in one round trip, and
 // returns their sequences in order. The transaction gets its xid before
-// any sequence is allocated, and the xid is stored in each row (DESIGN
+// any sequence is allocated, and the xid is stored in each row (docs/design.md
 // §3.1). A payload is marshalled to JSON unless it is already []byte or
 // json.RawMessage.
 //

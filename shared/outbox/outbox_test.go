@@ -74,7 +74,7 @@ func TestPublishRecordsXIDAndReturnsSequencesInOrder(t *testing.T) {
 	}
 }
 
-// TestWriterHasXIDBeforeItAllocates is rule 1 of DESIGN §3: when a writer
+// TestWriterHasXIDBeforeItAllocates is rule 1 of docs/design.md §3: when a writer
 // has been handed a sequence, it must already own an xid, or a marker xid
 // taken after the head read could be older than the writer and the proof
 // would pass while the writer can still commit. The writer is frozen on

@@ -1,4 +1,4 @@
-// Package report is the wire format of a rollback report (DESIGN §5): what
+// Package report is the wire format of a rollback report (docs/design.md §5): what
 // shared/outbox sends to SQS and functions/compensate parses.
 //
 //	{"v": 1, "xid": "7305", "sequences": [1201, 1202, 1207]}

@@ -407,7 +407,7 @@ func TestSweepRacingAckAndMarkDelivered(t *testing.T) {
 	invariants(t, db.Pool)
 }
 
-// The ack half of test 5 on its own, made denser: four relays ack disjoint
+// The ack half of TestSweepRacingAckAndMarkDelivered on its own, made denser: four relays ack disjoint
 // quarters of 4,000 stuck rows while two sweeps reset them. Every row ends
 // either acked (and never reset afterwards) or reset once and pending.
 func TestSweepNeverResetsAnAckedRow(t *testing.T) {
