@@ -60,6 +60,14 @@ vet:
 test-go:
 	$(WITH_STACK) $(GO) test -race -count=1 -p 1 -timeout 15m ./...
 
+# The passes' integration tests and the functions' end-to-end tests once
+# more, with the code under test reaching PostgreSQL through PgBouncer in
+# transaction mode (the local stand-in for RDS Proxy), as it must work with
+# no setting of its own.
+PGBOUNCER_PACKAGES := ./shared/fill ./shared/sweep ./shared/compensate ./functions/...
+test-pgbouncer:
+	$(WITH_STACK) OUTBOXKEEPER_TEST_VIA=pgbouncer $(GO) test -race -count=1 -p 1 -timeout 10m $(PGBOUNCER_PACKAGES)
+
 # The report parser faces arbitrary bodies from SQS: fuzz it for a bounded
 # time on every run (its seed corpus also runs inside test-go).
 test-fuzz:

@@ -16,6 +16,16 @@ if pid_alive "$PIDS/fauxqs.pid" fauxqs; then
 fi
 rm -f "$PIDS/fauxqs.pid"
 
+# PgBouncer, before the server it fronts.
+if pid_alive "$PIDS/pgbouncer.pid" pgbouncer; then
+  pid=$(<"$PIDS/pgbouncer.pid")
+  log "stopping pgbouncer (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+fi
+rm -f "$PIDS/pgbouncer.pid"
+
 # PostgreSQL: pg_ctl, as the user that owns the cluster, knows its own pid.
 data="$(pg_dir)/data"
 if [[ -d "$data" ]] && as_pg "$PG_BIN/pg_ctl" status -D "$data" >/dev/null 2>&1; then

@@ -10,8 +10,12 @@ LOGS="$LOCAL/logs"
 # checkout's stack beside this one.
 PG_PORT=${OUTBOXKEEPER_PG_PORT:-55432}
 SQS_PORT=${OUTBOXKEEPER_SQS_PORT:-59324}
+PGBOUNCER_PORT=${OUTBOXKEEPER_PGBOUNCER_PORT:-$((PG_PORT + 1000))}
 RIE_VERSION=v0.0.0-20261030222936-bef5c4ba774d  # pinned; v1.x tags are not served by the proxy here
 LOCAL_DATABASE_URL="postgres://postgres@127.0.0.1:${PG_PORT}/postgres?sslmode=disable"
+# The same cluster through PgBouncer in transaction mode, the local
+# stand-in for RDS Proxy.
+LOCAL_PGBOUNCER_URL="postgres://postgres@127.0.0.1:${PGBOUNCER_PORT}/postgres?sslmode=disable"
 
 PG_BIN=$(pg_config --bindir 2>/dev/null || true)
 if [[ -z "$PG_BIN" || ! -x "$PG_BIN/pg_ctl" ]]; then

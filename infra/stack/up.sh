@@ -75,6 +75,64 @@ else
   start_postgres
 fi
 
+# ----------------------------------------------------------------- PgBouncer
+# In front of the throwaway cluster, in transaction mode: a server
+# connection serves one transaction and then whoever comes next, as RDS
+# Proxy multiplexes. A small pool makes the sharing real; every database
+# (the tests create one each) gets its pool on demand through the "*"
+# entry. Only for the cluster we manage: it trusts loopback, so PgBouncer
+# needs no password either (auth_type any, logging in as postgres).
+start_pgbouncer() {
+  local dir conf
+  dir="$(pg_dir)/pgbouncer"
+  mkdir -p "$dir"
+  conf="$dir/pgbouncer.ini"
+  cat >"$conf" <<CONF
+[databases]
+* = host=127.0.0.1 port=$PG_PORT user=postgres
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGBOUNCER_PORT
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 1000
+max_db_connections = 40
+server_lifetime = 600
+; Check a server connection before every hand-out: one the server dropped
+; while it idled (a restart, pg_terminate_backend) is replaced instead of
+; failing the next client's transaction, as RDS Proxy does.
+server_check_delay = 0
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+CONF
+  if [[ $(id -u) -eq 0 ]]; then chown -R "$PG_USER:" "$dir"; fi
+  ln -sfn "$dir/pgbouncer.log" "$LOGS/pgbouncer.log"
+  log "starting pgbouncer on 127.0.0.1:$PGBOUNCER_PORT (transaction mode)"
+  # -d: daemonize; it writes its pid file, which down.sh reads.
+  as_pg "$PGBOUNCER_BIN" -d "$conf"
+  wait_for 30 pgbouncer "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PGBOUNCER_PORT"
+  cp "$dir/pgbouncer.pid" "$PIDS/pgbouncer.pid"
+}
+
+PGBOUNCER_URL=""
+if [[ "$DATABASE_URL" == "$LOCAL_DATABASE_URL" ]]; then
+  PGBOUNCER_BIN=$(command -v pgbouncer || true)
+  [[ -n "$PGBOUNCER_BIN" ]] || PGBOUNCER_BIN=/usr/sbin/pgbouncer
+  if [[ ! -x "$PGBOUNCER_BIN" ]]; then
+    log "pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)"
+    exit 1
+  fi
+  if pid_alive "$PIDS/pgbouncer.pid" pgbouncer; then
+    log "pgbouncer already running (pid $(<"$PIDS/pgbouncer.pid"))"
+  else
+    start_pgbouncer
+  fi
+  PGBOUNCER_URL=$LOCAL_PGBOUNCER_URL
+fi
+
 # -------------------------------------------------------------------- fauxqs
 sqs_up() { curl -fs -o /dev/null --max-time 2 "http://127.0.0.1:$SQS_PORT/health"; }
 
@@ -144,6 +202,7 @@ env_line() {
 }
 {
   env_line DATABASE_URL "$DATABASE_URL"
+  [[ -z "$PGBOUNCER_URL" ]] || env_line PGBOUNCER_URL "$PGBOUNCER_URL"
   env_line AWS_ENDPOINT_URL_SQS "http://127.0.0.1:$SQS_PORT"
   env_line AWS_REGION us-east-1
   env_line AWS_ACCESS_KEY_ID test
@@ -155,6 +214,7 @@ mv "$LOCAL/stack.env.tmp" "$LOCAL/stack.env"
 cat <<MSG
 local stack is up (settings in .local/stack.env):
   PostgreSQL      $DATABASE_URL
+  PgBouncer       ${PGBOUNCER_URL:-(not started: DATABASE_URL is not the local cluster)}
   SQS (fauxqs)    http://127.0.0.1:$SQS_PORT
   aws-lambda-rie  $RIE
   logs            $LOGS

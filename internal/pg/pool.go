@@ -8,11 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -90,6 +92,7 @@ func PoolConfig(ctx context.Context, db config.Database, opts Options) (*pgxpool
 		// A token is valid for 15 minutes for *opening* a connection; an
 		// open connection outlives it, so the lifetime below is unaffected.
 	}
+	pooled(pc.ConnConfig, connString)
 	pc.MaxConns = 2
 	pc.MinConns = 0
 	// A frozen environment's idle sockets may be dropped by a NAT or by RDS
@@ -106,6 +109,27 @@ func PoolConfig(ctx context.Context, db config.Database, opts Options) (*pgxpool
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
 	return pc, nil
+}
+
+// pooled makes the connection safe behind a transaction pooler (PgBouncer in
+// transaction mode, RDS Proxy) without any URL parameter from the user.
+// pgx's default caches *named* prepared statements on the connection; behind
+// a pooler the next transaction may run on another server connection, where
+// the name is unknown ("prepared statement ... does not exist", 26000) or
+// already taken ("... already exists", 42P05). QueryExecModeExec sends each
+// statement as the unnamed statement — Parse, Bind, Execute in one
+// round trip and one Sync — so nothing outlives its transaction: PgBouncer
+// (before 1.21's statement tracking, and with it) may hand every transaction
+// to another server connection, and RDS Proxy, which pins a session on named
+// prepared statements (PREPARE, or the protocol's named Parse), has nothing
+// to pin for. The cost: the server parses each statement afresh (a few tens
+// of µs for ours, no plan kept across calls), and parameter types come from
+// the Go values, so the SQL casts where a type would be ambiguous. A URL that
+// names default_query_exec_mode itself is left as it asks.
+func pooled(c *pgx.ConnConfig, connString string) {
+	if !strings.Contains(connString, "default_query_exec_mode") {
+		c.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
 }
 
 func loadAWS(ctx context.Context, opts Options) (aws.Config, error) {

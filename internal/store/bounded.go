@@ -25,6 +25,10 @@ type DB interface {
 // ErrBudget is matched (errors.Is) by every *BudgetError.
 var ErrBudget = errors.New("pass budget spent")
 
+// ErrNotSent is matched by a *BudgetError for a statement that was never
+// sent because no time was left: nothing waited, the pass simply ran out.
+var ErrNotSent = errors.New("no time left to send the statement")
+
 // BudgetError is a statement that ran out of its pass's budget: it never
 // started, or the server cancelled it at the deadline (most often because
 // it waited on a lock another session holds).
@@ -77,7 +81,7 @@ func (b *Bounded) now() time.Time {
 func (b *Bounded) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, context.CancelFunc, error) {
 	left := b.Deadline.Sub(b.now())
 	if left <= 0 {
-		return nil, nil, &BudgetError{Err: errors.New("no time left to send the statement")}
+		return nil, nil, &BudgetError{Err: ErrNotSent}
 	}
 	cctx, cancel := context.WithDeadline(ctx, b.Deadline.Add(contextSlack))
 	batch := &pgx.Batch{}

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -21,8 +22,10 @@ import (
 
 	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/dburl"
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
 // Schema is the outbox schema of every test database.
@@ -30,11 +33,30 @@ const Schema = store.DefaultSchema
 
 // DB is one test's database.
 type DB struct {
-	Name   string
-	URL    string // connection string for this database, for subprocesses
+	Name string
+	// URL is the connection string the code under test gets: directly to
+	// the server, or through PgBouncer in transaction mode when
+	// OUTBOXKEEPER_TEST_VIA=pgbouncer (the functions' tests run both ways).
+	URL string
+	// DirectURL always reaches the server itself: for what a transaction
+	// pooler cannot carry (LISTEN, a session held open on purpose).
+	DirectURL string
+	// Pool is a pool on URL with the functions' own settings (internal/pg:
+	// the pooler-safe query mode), sized for tests.
 	Pool   *pgxpool.Pool
 	Schema store.Schema
 }
+
+// ViaVar names the variable that routes the code under test through
+// PgBouncer; ViaPgBouncer is its value for that.
+const (
+	ViaVar       = "OUTBOXKEEPER_TEST_VIA"
+	ViaPgBouncer = "pgbouncer"
+)
+
+// testPoolSize: tests run writers and passes side by side on one pool,
+// unlike a function's two connections.
+const testPoolSize = 10
 
 var (
 	templateOnce sync.Once
@@ -60,11 +82,22 @@ func New(t testing.TB) *DB {
 	}); err != nil {
 		t.Fatalf("testdb: create %s: %v", name, err)
 	}
-	dbURL, err := dburl.ForDatabase(adminURL, name)
+	directURL, err := dburl.ForDatabase(adminURL, name)
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
-	pool, err := pgxpool.New(ctx, dbURL)
+	dbURL := directURL
+	if os.Getenv(ViaVar) == ViaPgBouncer {
+		if dbURL, err = dburl.ForDatabase(testenv.Require(t, "PGBOUNCER_URL"), name); err != nil {
+			t.Fatalf("testdb: %v", err)
+		}
+	}
+	pc, err := pg.PoolConfig(ctx, config.Database{URL: dbURL}, pg.Options{})
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	pc.MaxConns = testPoolSize
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		t.Fatalf("testdb: connect %s: %v", name, err)
 	}
@@ -77,14 +110,15 @@ func New(t testing.TB) *DB {
 			return err
 		})
 	})
-	return &DB{Name: name, URL: dbURL, Pool: pool, Schema: store.MustSchema(Schema)}
+	return &DB{Name: name, URL: dbURL, DirectURL: directURL, Pool: pool, Schema: store.MustSchema(Schema)}
 }
 
-// Connect opens one extra connection to the test database, for a writer that
-// must hold its own transaction (an open or rolled-back writer in a test).
+// Connect opens one extra connection straight to the server, for a writer
+// that must hold its own transaction (an open or rolled-back writer in a
+// test) or a LISTEN, which a transaction pooler cannot carry.
 func (d *DB) Connect(t testing.TB) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), d.URL)
+	conn, err := pgx.Connect(context.Background(), d.DirectURL)
 	if err != nil {
 		t.Fatalf("testdb: connect: %v", err)
 	}
@@ -177,4 +211,47 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// ViaPooler says the code under test reaches the server through PgBouncer
+// (OUTBOXKEEPER_TEST_VIA=pgbouncer).
+func ViaPooler() bool { return os.Getenv(ViaVar) == ViaPgBouncer }
+
+// PoolConfig is a pool configuration on URL with the functions' own
+// settings (internal/pg), for a test that stands up a function's pool of
+// its own: to find its sessions by applicationName, or to trace it.
+func (d *DB) PoolConfig(t testing.TB, applicationName string) *pgxpool.Config {
+	t.Helper()
+	pc, err := pg.PoolConfig(context.Background(), config.Database{URL: d.URL}, pg.Options{ApplicationName: applicationName})
+	if err != nil {
+		t.Fatalf("testdb: pool config: %v", err)
+	}
+	return pc
+}
+
+// NewPool opens a pool with PoolConfig's settings (the functions' two
+// connections) and closes it when the test ends.
+func (d *DB) NewPool(t testing.TB, applicationName string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), d.PoolConfig(t, applicationName))
+	if err != nil {
+		t.Fatalf("testdb: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// KillSessions terminates the server sessions whose application_name is
+// app, from a connection of its own straight to the server (through a
+// pooler, the statement could otherwise land on one of its victims), and
+// returns how many it ended. Behind PgBouncer a server connection keeps the
+// name of the last client it served, so more than one may match.
+func (d *DB) KillSessions(t testing.TB, app string) int {
+	t.Helper()
+	var killed int
+	if err := d.Connect(t).QueryRow(context.Background(),
+		`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed); err != nil {
+		t.Fatalf("testdb: kill sessions of %s: %v", app, err)
+	}
+	return killed
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/esm"
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 
 	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
@@ -723,12 +724,7 @@ func TestConcurrentOverlappingHandlers(t *testing.T) {
 	const handlers = 6
 	var svcs []*compensate.Service
 	for range handlers {
-		pool, err := pgxpool.New(context.Background(), f.db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		svcs = append(svcs, f.service(pool))
+		svcs = append(svcs, f.service(f.db.NewPool(t, "")))
 	}
 	// Overlapping windows in shuffled message order: handler i reports
 	// seqs[i*20 : i*20+100].
@@ -879,18 +875,19 @@ func unusedPort(t *testing.T) string {
 
 // A connection the server dropped (here: terminated by an administrator,
 // SQLSTATE 57P01) is not reused: the next batch runs on a fresh connection
-// and succeeds, retrying if it hit the dead one.
+// and succeeds, retrying if it hit the dead one. Straight to the server in
+// both test modes: behind PgBouncer the server connection it kills is the
+// pooler's, and the pooler, not the handler, meets the drop.
 func TestDroppedConnectionReopened(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(f.db.URL)
+	app := "cmp-drop-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	pc, err := pg.PoolConfig(ctx, config.Database{URL: f.db.DirectURL}, pg.Options{ApplicationName: app})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pc.MaxConns = 1
-	app := "cmp-drop-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	pc.ConnConfig.RuntimeParams["application_name"] = app
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		t.Fatal(err)
@@ -907,9 +904,8 @@ func TestDroppedConnectionReopened(t *testing.T) {
 			t.Fatalf("round %d: %+v", round, res)
 		}
 		t.Logf("round %d: %d retries", round, res.Retries)
-		var killed int
-		if err := f.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE t) FROM (SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity WHERE application_name = $1) k`, app).Scan(&killed); err != nil || killed != 1 {
-			t.Fatalf("terminate the handler's connection: %d, %v", killed, err)
+		if killed := f.db.KillSessions(t, app); killed != 1 {
+			t.Fatalf("terminated %d of the handler's connections, want its one", killed)
 		}
 	}
 }

@@ -456,11 +456,16 @@ func (p *pass) checkpoint(ctx context.Context) error {
 // timeLeft says another statement may start.
 func (p *pass) timeLeft() bool { return p.s.opts.Now().Before(p.end) }
 
+// stepReserve is kept back from the budget's end after a pause: a step's
+// statements take a few milliseconds (more through a pooler), and a step
+// begun with less left would end on a statement it had no time to send.
+const stepReserve = 50 * time.Millisecond
+
 // pause sleeps d, and says false instead when d would reach the budget's
 // end: the pass then ends with what it has, rather than wake to send a
 // statement with no time left.
 func (p *pass) pause(ctx context.Context, d time.Duration) bool {
-	if !p.s.opts.Now().Add(d).Before(p.end) {
+	if !p.s.opts.Now().Add(d + stepReserve).Before(p.end) {
 		return false
 	}
 	return budget.Sleep(ctx, d) == nil
@@ -470,7 +475,12 @@ func (p *pass) pause(ctx context.Context, d time.Duration) bool {
 // state and the lease (handed to a successor, or released), and the
 // result. A statement the budget ended is a normal end, named in TimedOut.
 func (p *pass) close(ctx context.Context, err error) error {
-	if errors.Is(err, store.ErrBudget) {
+	switch {
+	case errors.Is(err, store.ErrNotSent):
+		// The pass ran out between statements: it ends as it stood.
+		err = nil
+	case errors.Is(err, store.ErrBudget):
+		// A statement the budget ended: most often one waiting on a lock.
 		p.res.TimedOut, err = err.Error(), nil
 		p.res.wait(WaitingBudget)
 	}

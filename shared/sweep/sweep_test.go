@@ -255,11 +255,7 @@ func TestConcurrentSweepsResetEachRowOnce(t *testing.T) {
 	errs := make([]error, sweepers)
 	var wg sync.WaitGroup
 	for i := range sweepers {
-		pool, err := pgxpool.New(context.Background(), db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
+		pool := db.NewPool(t, "")
 		// Small batches so the four passes interleave over many statements.
 		s := newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 100 })
 		wg.Add(1)
@@ -305,11 +301,7 @@ func TestSweepRacingAckAndMarkDelivered(t *testing.T) {
 	const n = 2000
 	ids := seedDelivered(t, db, n, time.Hour)
 
-	relayPool, err := pgxpool.New(context.Background(), db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(relayPool.Close)
+	relayPool := db.NewPool(t, "")
 	ob, err := outbox.New(relayPool, outbox.Options{Schema: testdb.Schema})
 	if err != nil {
 		t.Fatal(err)
@@ -323,11 +315,7 @@ func TestSweepRacingAckAndMarkDelivered(t *testing.T) {
 	// Two sweeps in small batches, so many statements overlap the relay.
 	var swept atomic.Int64
 	for range 2 {
-		pool, err := pgxpool.New(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
+		pool := db.NewPool(t, "")
 		s := newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 20 })
 		wg.Add(1)
 		go func() {
@@ -421,11 +409,7 @@ func TestSweepNeverResetsAnAckedRow(t *testing.T) {
 	fail := make(chan error, ackers+2)
 	var swept atomic.Int64
 	for range 2 {
-		pool, err := pgxpool.New(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
+		pool := db.NewPool(t, "")
 		s := newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 20 })
 		wg.Add(1)
 		go func() {
@@ -441,11 +425,7 @@ func TestSweepNeverResetsAnAckedRow(t *testing.T) {
 	acked := make([]bool, n)
 	order := rand.Perm(n)
 	for a := range ackers {
-		pool, err := pgxpool.New(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
+		pool := db.NewPool(t, "")
 		ob, err := outbox.New(pool, outbox.Options{Schema: testdb.Schema})
 		if err != nil {
 			t.Fatal(err)
@@ -605,10 +585,7 @@ func TestBatchesOfLimit(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	seedDelivered(t, db, 1000, time.Hour)
-	pc, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc := db.PoolConfig(t, "")
 	tracer := &statementTracer{}
 	pc.ConnConfig.Tracer = tracer
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
