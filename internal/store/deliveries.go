@@ -208,6 +208,12 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 		//    join filter over every stuck row. Rows skipped because another
 		//    sweep holds them are that sweep's work and do not count;
 		//    nothing locked means no more.
+		//  - totals: sweep_state's running totals are added here, in the
+		//    batch's own statement, so they count exactly what committed —
+		//    also when a pass fails after some batches (the pass record at
+		//    the end, shared/sweep/state.go, adds only the pass). A
+		//    concurrent sweep's batch waits for the one row a moment; it
+		//    never waits on a delivery (SKIP LOCKED), so they cannot deadlock.
 		reset: SweepResetTag + `
 			WITH stuck AS MATERIALIZED (
 				SELECT id, delivered_at, ($3::int > 0 AND redeliveries >= $3::int) AS dies
@@ -226,12 +232,20 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 				WHERE d.id = ANY (ARRAY(SELECT id FROM stuck))
 				  AND d.id = stuck.id AND d.state = 'delivered' AND d.delivered_at = stuck.delivered_at
 				RETURNING d.state
+			), counted AS (
+				SELECT count(*) FILTER (WHERE state = 'pending') AS reset, count(*) FILTER (WHERE state = 'dead') AS dead FROM moved
+			), totals AS (
+				UPDATE ` + schema.Table("sweep_state") + ` SET
+					resets_total = resets_total + (SELECT reset FROM counted),
+					dead_total   = dead_total + (SELECT dead FROM counted)
+				WHERE id AND (SELECT reset + dead FROM counted) > 0
+				RETURNING 1
 			), last AS (
 				SELECT delivered_at, id FROM stuck ORDER BY delivered_at DESC, id DESC LIMIT 1
 			)
 			SELECT
-				(SELECT count(*) FROM moved WHERE state = 'pending'),
-				(SELECT count(*) FROM moved WHERE state = 'dead'),
+				(SELECT reset FROM counted),
+				(SELECT dead FROM counted),
 				EXISTS (SELECT 1 FROM ` + t + ` AS r
 					WHERE r.state = 'delivered' AND r.delivered_at < ` + cutoff + `
 					AND (r.delivered_at, r.id) > ((SELECT delivered_at FROM last), (SELECT id FROM last)))`,

@@ -14,8 +14,11 @@ import (
 func (s *Service) Handle(ctx context.Context, _ json.RawMessage) (*Result, error) {
 	res, err := s.RunOnce(ctx)
 	level := slog.LevelInfo
-	if err != nil {
+	switch {
+	case err != nil:
 		level = slog.LevelError
+	case res.TimedOut != "":
+		level = slog.LevelWarn
 	}
 	s.opts.Logger.LogAttrs(ctx, level, "sweep pass", slog.Any("", res))
 	if mErr := s.opts.Metrics.Emit(res.Metrics()...); mErr != nil {

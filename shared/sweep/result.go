@@ -32,6 +32,9 @@ type Result struct {
 	// More says the pass ended on its budget with stuck rows left; the next
 	// pass continues.
 	More bool `json:"more"`
+	// TimedOut names the statement the budget ended, when it ended one
+	// (a lock another session holds, most often).
+	TimedOut string `json:"timed_out,omitempty"`
 	// Statements is every statement the pass sent.
 	Statements int64 `json:"statements"`
 	// DurationMS is the pass's wall time.

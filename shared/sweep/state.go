@@ -8,7 +8,10 @@ import (
 )
 
 // stateSQL is the SQL for <schema>.sweep_state (infra/sql/0004), the
-// sweep's own table; it lives beside the function that owns it.
+// sweep's own table; it lives beside the function that owns it. The
+// running totals are the exception: each reset statement adds what it
+// moved in the same statement (internal/store/deliveries.go), so they stay
+// exact when a pass fails midway.
 type stateSQL struct {
 	recordPass string
 }
@@ -18,18 +21,16 @@ func newStateSQL(schema store.Schema) stateSQL {
 	return stateSQL{
 		// An upsert rather than an update: the migration inserts the one
 		// row, but if an operator deleted it the next pass recreates it
-		// instead of silently recording nothing. Totals are added in SQL,
-		// so concurrent passes never lose each other's counts.
-		recordPass: `INSERT INTO ` + t + ` AS s (id, passes, last_pass_at, last_reset, last_dead, last_stuck_pending, resets_total, dead_total)
-			VALUES (true, 1, now(), $1, $2, $3, $1, $2)
+		// instead of silently recording nothing. passes is added in SQL, so
+		// concurrent passes never lose each other's count.
+		recordPass: `INSERT INTO ` + t + ` AS s (id, passes, last_pass_at, last_reset, last_dead, last_stuck_pending)
+			VALUES (true, 1, now(), $1, $2, $3)
 			ON CONFLICT (id) DO UPDATE SET
 				passes             = s.passes + 1,
 				last_pass_at       = now(),
 				last_reset         = excluded.last_reset,
 				last_dead          = excluded.last_dead,
-				last_stuck_pending = excluded.last_stuck_pending,
-				resets_total       = s.resets_total + excluded.resets_total,
-				dead_total         = s.dead_total + excluded.dead_total`,
+				last_stuck_pending = excluded.last_stuck_pending`,
 	}
 }
 

@@ -19,6 +19,7 @@ package sweep
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -133,6 +134,11 @@ func New(db store.DB, cfg Config, opts Options) (*Service, error) {
 	return &Service{db: db, cfg: cfg, opts: opts, deliveries: store.NewDeliverySweep(schema), state: newStateSQL(schema)}, nil
 }
 
+// finishAllowance is how long after the budget's end the wake and the pass
+// record may take; budget.Margin keeps 2s before Lambda's deadline for
+// them, the log line and the metrics.
+const finishAllowance = time.Second
+
 // RunOnce is one pass:
 //  1. count open work (one statement);
 //  2. reset stuck rows, one statement per batch, until a batch says none
@@ -140,26 +146,34 @@ func New(db store.DB, cfg Config, opts Options) (*Service, error) {
 //  3. wake the relay once if any stuck work was found;
 //  4. record the pass in sweep_state (one statement).
 //
-// On error it returns what was done so far with the error. Every batch is
-// one autocommitted statement, so a failure or a cancelled context never
-// leaves a batch half applied: its rows stay delivered for the next pass.
+// Every statement is bounded by the pass's deadline (store.Bounded): one
+// blocked on a lock another session holds ends the pass on its budget with
+// a normal result that names it in TimedOut. Any other failure is returned
+// with what was done so far. Every batch is one autocommitted statement,
+// so a failure or a cancelled context never leaves a batch half applied:
+// its rows stay delivered for the next pass.
 func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
 	start := s.opts.Now()
 	limit := budget.For(ctx, s.cfg.PassBudget, start)
-	q := &store.Counting{Q: s.db}
+	bounded := &store.Bounded{DB: s.db, Deadline: start.Add(limit), Now: s.opts.Now}
+	q := &store.Counting{Q: bounded}
 	res := &Result{}
-	finish := func(err error) (*Result, error) {
-		res.Statements = q.Count()
-		res.DurationMS = s.opts.Now().Sub(start).Milliseconds()
-		if err != nil {
-			res.Error = err.Error()
-		}
-		return res, err
+	err := s.pass(ctx, q, bounded, start, limit, res)
+	if errors.Is(err, store.ErrBudget) {
+		res.TimedOut, err = err.Error(), nil
 	}
+	res.Statements = q.Count()
+	res.DurationMS = s.opts.Now().Sub(start).Milliseconds()
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res, err
+}
 
+func (s *Service) pass(ctx context.Context, q store.Querier, bounded *store.Bounded, start time.Time, limit time.Duration, res *Result) error {
 	counts, err := s.deliveries.CountOpen(ctx, q, s.cfg.StuckAfter)
 	if err != nil {
-		return finish(fmt.Errorf("sweep: %w", err))
+		return fmt.Errorf("sweep: %w", err)
 	}
 	res.StuckPending, res.Open, res.OldestOpenAgeS, res.counted = counts.StuckPending, counts.Open, counts.OldestOpenAge, true
 
@@ -171,7 +185,7 @@ func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
 		}
 		b, err := s.deliveries.ResetStuck(ctx, q, s.cfg.StuckAfter, s.cfg.BatchLimit, s.cfg.maxRedeliveries())
 		if err != nil {
-			return finish(fmt.Errorf("sweep: batch %d: %w", res.Batches+1, err))
+			return fmt.Errorf("sweep: batch %d: %w", res.Batches+1, err)
 		}
 		res.Batches++
 		res.Reset += b.Reset
@@ -181,16 +195,18 @@ func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
 		}
 	}
 
+	// The last two statements may run a moment past the budget.
+	bounded.Deadline = start.Add(limit + finishAllowance)
 	if shouldWake(res.Reset, res.Dead, res.StuckPending) {
 		if err := s.deliveries.Wake(ctx, q, res.Reset, res.StuckPending); err != nil {
-			return finish(fmt.Errorf("sweep: %w", err))
+			return fmt.Errorf("sweep: %w", err)
 		}
 		res.Woken = true
 	}
 	if err := s.state.record(ctx, q, res); err != nil {
-		return finish(fmt.Errorf("sweep: %w", err))
+		return fmt.Errorf("sweep: %w", err)
 	}
-	return finish(nil)
+	return nil
 }
 
 // budgetLeft says whether another batch may start. The first batch runs

@@ -577,6 +577,20 @@ func (s *statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data
 
 func (s *statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// The passes send each statement in a batch behind its timeout
+// (store.Bounded); the tracer counts the statement, not the timeout.
+func (s *statementTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (s *statementTracer) TraceBatchQuery(ctx context.Context, c *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if !strings.Contains(data.SQL, "set_config('statement_timeout'") {
+		s.TraceQueryStart(ctx, c, pgx.TraceQueryStartData{SQL: data.SQL})
+	}
+}
+
+func (s *statementTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // SWEEP_BATCH_LIMIT=100 over 1,000 stuck rows: one pass resets all of them
 // in exactly 10 reset statements. The tenth batch knows nothing is left
 // (its `more` probe), so no empty eleventh batch is sent: the whole pass is
@@ -627,17 +641,34 @@ func TestIdlePassIsThreeStatements(t *testing.T) {
 	}
 }
 
-// The budget stops the batches: with a clock that moves 1s per reading and
-// a 1.5s budget, one batch runs, the pass says `more`, and the next pass
+// clockOnBatch moves a clock a second forward each time a reset statement
+// is sent, so a test can spend a pass's budget batch by batch.
+type clockOnBatch struct {
+	store.DB
+	ticks atomic.Int64
+	base  time.Time
+}
+
+func (c *clockOnBatch) now() time.Time { return c.base.Add(time.Duration(c.ticks.Load()) * time.Second) }
+
+func (c *clockOnBatch) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		if strings.HasPrefix(q.SQL, store.SweepResetTag) {
+			defer c.ticks.Add(1)
+		}
+	}
+	return c.DB.SendBatch(ctx, b)
+}
+
+// The budget stops the batches: with a clock that moves 1s per batch and
+// a 0.5s budget, one batch runs, the pass says `more`, and the next pass
 // carries on where it stopped.
 func TestBudgetStopsBatches(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	seedDelivered(t, db, 30, time.Hour)
-	var clock atomic.Int64
-	base := time.Now()
-	now := func() time.Time { return base.Add(time.Duration(clock.Add(1)) * time.Second) }
-	s := newSweeperWith(t, db.Pool, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 1500 * time.Millisecond }), sweep.Options{Now: now})
+	q := &clockOnBatch{DB: db.Pool, base: time.Now()}
+	s := newSweeperWith(t, q, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 500 * time.Millisecond }), sweep.Options{Now: q.now})
 	res := run(t, s)
 	if res.Reset != 10 || res.Batches != 1 || !res.More {
 		t.Fatalf("first pass %+v, want one batch of 10 and more", res)
@@ -718,11 +749,13 @@ type cancelOnBatch struct {
 	seen   atomic.Int32
 }
 
-func (c *cancelOnBatch) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if strings.HasPrefix(sql, store.SweepResetTag) && int(c.seen.Add(1)) == c.batch {
-		time.AfterFunc(50*time.Millisecond, c.cancel)
+func (c *cancelOnBatch) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		if strings.HasPrefix(q.SQL, store.SweepResetTag) && int(c.seen.Add(1)) == c.batch {
+			time.AfterFunc(50*time.Millisecond, c.cancel)
+		}
 	}
-	return c.DB.QueryRow(ctx, sql, args...)
+	return c.DB.SendBatch(ctx, b)
 }
 
 // The context is cancelled in the middle of the third batch (a trigger
