@@ -48,7 +48,9 @@ func TestLockedDeliveriesAnswerBeforeTheLambdaDeadline(t *testing.T) {
 	if took >= 4*time.Second {
 		t.Errorf("answered after %s, want before the 4 s deadline", took)
 	}
-	logs := fn.AwaitLogs(func(l string) bool { return strings.Contains(l, `"PassDurationMs"`) && strings.Contains(l, `"timed_out"`) })
+	logs := fn.AwaitLogs(func(l string) bool {
+		return strings.Contains(l, `"PassDurationMs"`) && strings.Contains(l, `"timed_out"`)
+	})
 	if !strings.Contains(logs, `"message":"sweep pass"`) {
 		t.Errorf("no pass log line:\n%s", logs)
 	}

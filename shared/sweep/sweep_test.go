@@ -649,7 +649,9 @@ type clockOnBatch struct {
 	base  time.Time
 }
 
-func (c *clockOnBatch) now() time.Time { return c.base.Add(time.Duration(c.ticks.Load()) * time.Second) }
+func (c *clockOnBatch) now() time.Time {
+	return c.base.Add(time.Duration(c.ticks.Load()) * time.Second)
+}
 
 func (c *clockOnBatch) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	for _, q := range b.QueuedQueries {
