@@ -65,8 +65,22 @@ const contextSlack = 300 * time.Millisecond
 type Bounded struct {
 	DB       Batcher
 	Deadline time.Time
+	// LockWait, when set, also bounds every lock wait (lock_timeout, set
+	// the same transaction-local way): a statement that should never wait
+	// on another session's row for long gives up after LockWait with
+	// SQLSTATE 55P03 (IsLockTimeout) instead of spending the budget.
+	LockWait time.Duration
 	// Now is the clock the time left is measured with; time.Now by default.
 	Now func() time.Time
+}
+
+// setLockTimeout rides beside setTimeout when Bounded.LockWait is set.
+const setLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
+
+// IsLockTimeout says err is a lock wait that LockWait ended.
+func IsLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 func (b *Bounded) now() time.Time {
@@ -86,12 +100,17 @@ func (b *Bounded) send(ctx context.Context, sql string, args []any) (pgx.BatchRe
 	cctx, cancel := context.WithDeadline(ctx, b.Deadline.Add(contextSlack))
 	batch := &pgx.Batch{}
 	batch.Queue(setTimeout, strconv.FormatInt(max(1, left.Milliseconds()), 10))
+	if b.LockWait > 0 {
+		batch.Queue(setLockTimeout, strconv.FormatInt(max(1, b.LockWait.Milliseconds()), 10))
+	}
 	batch.Queue(sql, args...)
 	br := b.DB.SendBatch(cctx, batch)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		cancel()
-		return nil, nil, b.classify(ctx, err)
+	for range batch.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			cancel()
+			return nil, nil, b.classify(ctx, err)
+		}
 	}
 	return br, cancel, nil
 }

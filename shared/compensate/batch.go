@@ -32,29 +32,41 @@ type item struct {
 
 // batch is one invocation's working state.
 type batch struct {
-	s     *Service
-	q     *store.Counting
-	end   time.Time // the budget's end: every statement and retry ends by it
-	items []item
-	res   *Result
+	s *Service
+	// q sends the batch's statements, each bounded by the budget's end;
+	// insertQ is the same with a lock wait of its own (heldRowWait).
+	q, insertQ *store.Counting
+	end        time.Time // the budget's end: every statement and retry ends by it
+	items      []item
+	res        *Result
 }
+
+// heldRowWait bounds the placeholder insert's wait on a row lock. A report
+// that passed the check names sequences whose writer has finished, so no
+// uncommitted row of that writer can hold them; a wait means another, live
+// writer holds one — a forged or mistaken report — and must not hold the
+// rest of the batch for the whole budget. Concurrent handlers filling the
+// same sequences wait on each other for a commit, milliseconds.
+const heldRowWait = time.Second
 
 // RunOnce handles one batch of messages: parse, decide, fill, settle. A
 // failure is reported per message in the Result, never as an error for the
 // whole batch; the error is only ever the caller's context ending.
 func (s *Service) RunOnce(ctx context.Context, ev events.SQSEvent) (*Result, error) {
 	start := s.opts.Now()
+	end := start.Add(budget.For(ctx, s.cfg.PassBudget, start))
 	b := &batch{
-		s:   s,
-		q:   &store.Counting{Q: s.db},
-		end: start.Add(budget.For(ctx, s.cfg.PassBudget, start)),
-		res: &Result{Received: len(ev.Records), Messages: []Message{}},
+		s:       s,
+		q:       &store.Counting{Q: &store.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}},
+		insertQ: &store.Counting{Q: &store.Bounded{DB: s.db, Deadline: end, LockWait: heldRowWait, Now: s.opts.Now}},
+		end:     end,
+		res:     &Result{Received: len(ev.Records), Messages: []Message{}},
 	}
 	b.parse(ev)
 	b.decide(ctx)
 	b.fill(ctx)
 	b.settle(ctx)
-	b.res.Statements = b.q.Count()
+	b.res.Statements = b.q.Count() + b.insertQ.Count()
 	b.res.DurationMS = s.opts.Now().Sub(start).Milliseconds()
 	return b.res, ctx.Err()
 }
@@ -122,21 +134,65 @@ func (b *batch) decide(ctx context.Context) {
 //   - whatever row does exist — committed by the writer (a COMMIT that in
 //     fact landed before an InTx report), written by the fill function or by
 //     a concurrent compensate — is kept by ON CONFLICT DO NOTHING, which
-//     never overwrites (§3.5). A writer's row still uncommitted makes the
-//     insert wait for that writer and then skip the row if it committed.
+//     never overwrites (§3.5). A row still uncommitted makes the insert wait
+//     for its writer and then skip the row if it committed.
 //
 // So each statement is safe alone, and each is idempotent, which is also
 // why retrying one after a dropped connection is safe.
+//
+// One message can never hold the others back: the insert waits at most
+// heldRowWait on a row lock, and when it gives up the batch is split, one
+// insert per message, so only a message whose sequences another live
+// writer holds is deferred and every other one is filled.
 func (b *batch) fill(ctx context.Context) {
 	fillable := b.where(func(it *item) bool { return it.outcome == Filled })
-	set := map[int64]struct{}{}
+	if len(fillable) == 0 {
+		return
+	}
+	err := b.insert(ctx, fillable)
+	if store.IsLockTimeout(err) && len(fillable) > 1 {
+		for _, it := range fillable {
+			b.settleInsert(it, b.insert(ctx, []*item{it}))
+		}
+		return
+	}
 	for _, it := range fillable {
+		b.settleInsert(it, err)
+	}
+}
+
+// settleInsert records what the insert of it's sequences came to.
+func (b *batch) settleInsert(it *item, err error) {
+	switch {
+	case err == nil:
+	case store.IsLockTimeout(err):
+		it.outcome, it.reason = heldByLiveWriter(receiveCount(it.msg), b.s.cfg.MaxDeferrals)
+	default:
+		it.err = fmt.Errorf("insert: %w", err)
+	}
+}
+
+// heldByLiveWriter is what happens to a report whose insert waited on a
+// live writer's row: deferred like a report whose own writer still runs,
+// and, after as many receives, dropped and left to the fill function, which
+// proves its gaps on its own. Never filled on a guess, never bad input: the
+// report may be an honest one racing a writer that has not ended yet.
+func heldByLiveWriter(receives, maxDeferrals int) (Outcome, string) {
+	const why = "a sequence it names is held by a live writer's uncommitted row"
+	if receives >= maxDeferrals {
+		return Dropped, why + fmt.Sprintf(" after %d receives; left to the fill function", receives)
+	}
+	return Deferred, why
+}
+
+// insert writes the placeholders for the sequences of items in one
+// statement and adds what it wrote to the result.
+func (b *batch) insert(ctx context.Context, items []*item) error {
+	set := map[int64]struct{}{}
+	for _, it := range items {
 		for _, seq := range it.rep.Sequences {
 			set[seq] = struct{}{}
 		}
-	}
-	if len(set) == 0 {
-		return
 	}
 	// Ascending order matters: concurrent handlers inserting overlapping
 	// sets in the same order wait on each other's speculative insertions
@@ -146,19 +202,24 @@ func (b *batch) fill(ctx context.Context) {
 	var wrote store.Written
 	err := b.retry(ctx, func(ctx context.Context) error {
 		var err error
-		wrote, err = b.s.events.InsertPlaceholders(ctx, b.q, seqs, store.FilledByCompensate)
+		wrote, err = b.s.events.InsertPlaceholders(ctx, b.insertQ, seqs, store.FilledByCompensate)
 		return err
 	})
 	if err != nil {
-		b.failAll(fillable, fmt.Errorf("insert: %w", err))
-		return
+		return err
 	}
-	b.res.Filled = int(wrote.N)
-	b.res.AlreadyPresent = len(seqs) - int(wrote.N)
+	b.res.Filled += int(wrote.N)
+	b.res.AlreadyPresent += len(seqs) - int(wrote.N)
 	if wrote.N > 0 {
 		// Notified by the insert statement itself.
-		b.res.FilledRange = []int64{wrote.Min, wrote.Max}
+		r := b.res.FilledRange
+		if r == nil {
+			b.res.FilledRange = []int64{wrote.Min, wrote.Max}
+		} else {
+			b.res.FilledRange = []int64{min(r[0], wrote.Min), max(r[1], wrote.Max)}
+		}
 	}
+	return nil
 }
 
 // settle carries out each message's outcome (the DLQ, a deferral) and
