@@ -68,10 +68,12 @@ PGBOUNCER_PACKAGES := ./shared/fill ./shared/sweep ./shared/compensate ./functio
 test-pgbouncer:
 	$(WITH_STACK) OUTBOXKEEPER_TEST_VIA=pgbouncer $(GO) test -race -count=1 -p 1 -timeout 10m $(PGBOUNCER_PACKAGES)
 
-# The report parser faces arbitrary bodies from SQS: fuzz it for a bounded
-# time on every run (its seed corpus also runs inside test-go).
+# The report parser faces arbitrary bodies from SQS, the configuration
+# loader whatever a deployment sets: fuzz each for a bounded time on every
+# run. Their committed corpora (testdata/fuzz) also run inside test-go.
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20s ./shared/report
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 15s ./shared/config
 
 # cfn-lint (no errors, no warnings) and `sam build` from a pinned virtualenv.
 test-template:
