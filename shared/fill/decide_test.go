@@ -30,8 +30,11 @@ func TestInitialWatermark(t *testing.T) {
 	}
 	for _, c := range cases {
 		w, ok := initialWatermark(c.lowest, c.head, c.page)
-		if w != c.wantW || ok != c.wantAnchored {
-			t.Errorf("%s: got %d %v, want %d %v", c.name, w, ok, c.wantW, c.wantAnchored)
+		if w != c.wantW {
+			t.Errorf("%s: watermark = %d, want %d", c.name, w, c.wantW)
+		}
+		if ok != c.wantAnchored {
+			t.Errorf("%s: anchored = %v, want %v", c.name, ok, c.wantAnchored)
 		}
 	}
 }
@@ -51,8 +54,11 @@ func TestAdvance(t *testing.T) {
 	}
 	for _, c := range cases {
 		w, rest := advance(c.w, c.page)
-		if w != c.wantW || !slices.Equal(rest, c.rest) {
-			t.Errorf("advance(%d, %v) = %d %v, want %d %v", c.w, c.page, w, rest, c.wantW, c.rest)
+		if w != c.wantW {
+			t.Errorf("advance(%d, %v): watermark = %d, want %d", c.w, c.page, w, c.wantW)
+		}
+		if !slices.Equal(rest, c.rest) {
+			t.Errorf("advance(%d, %v): rest = %v, want %v", c.w, c.page, rest, c.rest)
 		}
 	}
 }
@@ -83,7 +89,7 @@ func TestDecideCycleKeepsAMarkedCycleUpToItsHead(t *testing.T) {
 		t.Fatal("stall at 15 below the marker head 20: want the same cycle")
 	}
 	if c.Marker == nil || *c.Marker != 99 {
-		t.Errorf("marker = %v, want the cycle's 99 kept", c.Marker)
+		t.Errorf("Marker = %s, want the cycle's 99 kept", show(c.Marker))
 	}
 	if !c.FirstSeenAt.Equal(t0) {
 		t.Errorf("FirstSeenAt = %v, want the cycle's %v (grace paid once)", c.FirstSeenAt, t0)
@@ -255,10 +261,10 @@ func TestGapCursorReadsAPageOncePerPageOfPresentRows(t *testing.T) {
 
 func TestStallAge(t *testing.T) {
 	t.Parallel()
-	if stallAge(nil, t0) != 0 {
-		t.Error("no cycle: 0")
+	if got := stallAge(nil, t0); got != 0 {
+		t.Errorf("no cycle: stallAge = %v, want 0", got)
 	}
 	if got := stallAge(&Cycle{FirstSeenAt: t0}, t0.Add(3*time.Second)); got != 3*time.Second {
-		t.Errorf("got %v", got)
+		t.Errorf("first seen 3s ago: stallAge = %v, want 3s", got)
 	}
 }
