@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// TestReadTemplate reads the real template.yaml: the driver's emulation
-// settings must come from it, so a change there changes the local runs.
-func TestReadTemplate(t *testing.T) {
+// The driver's emulation settings come from the real template.yaml, so a
+// change there changes the local runs.
+func TestReadTemplateTakesTheDeployedSettings(t *testing.T) {
 	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestReadTemplate(t *testing.T) {
 	}
 }
 
-func TestParseRate(t *testing.T) {
+func TestParseRateReadsRateExpressionsOnly(t *testing.T) {
 	for expr, want := range map[string]time.Duration{
 		"rate(1 minute)": time.Minute, "rate(5 minutes)": 5 * time.Minute, "rate(1 hour)": time.Hour, "rate(2 days)": 48 * time.Hour,
 	} {
@@ -101,8 +101,8 @@ func TestReadTemplateNamesWhatIsMissing(t *testing.T) {
 	}
 }
 
-// TestFailedItems: Lambda's partial batch response rules.
-func TestFailedItems(t *testing.T) {
+// failedItems applies Lambda's partial batch response rules.
+func TestFailedItemsFollowLambdasPartialBatchRules(t *testing.T) {
 	batch := []types.Message{{MessageId: aws.String("a")}, {MessageId: aws.String("b")}}
 	cases := []struct {
 		name   string

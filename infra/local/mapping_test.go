@@ -20,12 +20,12 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 )
 
-// TestMapping runs the event source mapping against fauxqs and a real
-// bootstrap under rie: successes are deleted after one delivery, a failed
+// The event source mapping, against fauxqs and a real bootstrap under
+// rie: successes are deleted after one delivery, a failed
 // item comes back after the visibility timeout with a growing
 // ApproximateReceiveCount, and the queue's redrive policy moves it to the
 // DLQ after maxReceiveCount receives.
-func TestMapping(t *testing.T) {
+func TestMappingDeletesSuccessesAndRedrivesFailedItems(t *testing.T) {
 	t.Parallel()
 	rieBin := testenv.Require(t, "AWS_LAMBDA_RIE")
 	bootstrap := lambdatest.Build(t, "./infra/local/testdata/partial")
@@ -145,7 +145,7 @@ func wantLikeLambda(t *testing.T, rec events.SQSMessage, queueARN string) {
 	}
 }
 
-// TestMappingFeedsEveryInstance: with two instances (the template's
+// With two instances (the template's
 // MaximumConcurrency) both receive batches, and every message is still
 // handled exactly once and deleted.
 func TestMappingFeedsEveryInstance(t *testing.T) {

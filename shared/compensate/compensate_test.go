@@ -1062,7 +1062,7 @@ func TestSavepointRollbackInCommittedTx(t *testing.T) {
 }
 
 // Construction refuses a bad configuration, naming the field.
-func TestNewValidates(t *testing.T) {
+func TestNewRefusesABadConfigurationNamingTheField(t *testing.T) {
 	t.Parallel()
 	db, client := new(pgxpool.Pool), &sqs.Client{}
 	if _, err := compensate.New(db, compensate.Config{}, compensate.Options{SQS: client}); err != nil {

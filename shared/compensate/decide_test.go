@@ -7,7 +7,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
-func TestDecide(t *testing.T) {
+func TestDecideByTheWriterStatusAndTheHead(t *testing.T) {
 	t.Parallel()
 	check := Check{Head: 100, XMax: 500, Status: map[uint64]string{
 		10: StatusCommitted, 11: StatusAborted, 12: StatusInProgress, 13: StatusTooOld, 600: StatusFuture, 501: StatusInProgress,

@@ -12,7 +12,7 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 
 func u64(v uint64) *uint64 { return &v }
 
-func TestInitialWatermark(t *testing.T) {
+func TestInitialWatermarkStartsAtZeroUnlessHistoryWasPruned(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name         string
@@ -39,7 +39,7 @@ func TestInitialWatermark(t *testing.T) {
 	}
 }
 
-func TestAdvance(t *testing.T) {
+func TestAdvanceStopsBelowTheFirstMissingSequence(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		w     int64
@@ -169,7 +169,7 @@ func TestHeadLogForgetsButStillDatesOldSequences(t *testing.T) {
 	}
 }
 
-func TestGraceDue(t *testing.T) {
+func TestGraceDueAfterTheFirstSightingExceptForHistoricalGaps(t *testing.T) {
 	t.Parallel()
 	c := Cycle{From: 1, FirstSeenAt: t0}
 	if got := graceDue(c, 2*time.Second); !got.Equal(t0.Add(2 * time.Second)) {
@@ -184,7 +184,7 @@ func TestGraceDue(t *testing.T) {
 	}
 }
 
-func TestMarkerHead(t *testing.T) {
+func TestMarkerHeadIsTheHeadJustReadCappedForHistoricalCycles(t *testing.T) {
 	t.Parallel()
 	if got := markerHead(Cycle{}, 50, 80); got != 80 {
 		t.Errorf("live cycle: %d, want the head just read, 80", got)
@@ -259,7 +259,7 @@ func TestGapCursorReadsAPageOncePerPageOfPresentRows(t *testing.T) {
 	}
 }
 
-func TestStallAge(t *testing.T) {
+func TestStallAgeCountsFromTheFirstSighting(t *testing.T) {
 	t.Parallel()
 	if got := stallAge(nil, t0); got != 0 {
 		t.Errorf("no cycle: stallAge = %v, want 0", got)

@@ -22,7 +22,8 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
-// ---- helpers ---------------------------------------------------------------
+// Helpers: a sweep over a fresh real database per test, rows seeded the way
+// the relay leaves them.
 
 func testConfig(mut ...func(*sweep.Config)) sweep.Config {
 	c := sweep.Config{
@@ -556,22 +557,22 @@ func TestMaxRedeliveriesMakesRowDead(t *testing.T) {
 		deliverAndStick()
 		res := run(t, s)
 		if res.Reset != 1 {
-			t.Errorf("stuck #%d: Reset = %d, want 1", i, res.Reset)
+			t.Errorf("stuck %d of 2 times: Reset = %d, want 1", i, res.Reset)
 		}
 		if res.Dead != 0 {
-			t.Errorf("stuck #%d: Dead = %d, want 0", i, res.Dead)
+			t.Errorf("stuck %d of 2 times: Dead = %d, want 0", i, res.Dead)
 		}
 	}
 	deliverAndStick()
 	res := run(t, s)
 	if res.Reset != 0 {
-		t.Errorf("stuck #3: Reset = %d, want 0", res.Reset)
+		t.Errorf("stuck a third time: Reset = %d, want 0", res.Reset)
 	}
 	if res.Dead != 1 {
-		t.Errorf("stuck #3: Dead = %d, want 1", res.Dead)
+		t.Errorf("stuck a third time: Dead = %d, want 1", res.Dead)
 	}
 	if !res.Woken {
-		t.Error("stuck #3: Woken = false, want true")
+		t.Error("stuck a third time: Woken = false, want true")
 	}
 	r := get(t, db.Pool, id)
 	wantRow(t, "row after the limit", r, "dead", 2)
@@ -678,7 +679,7 @@ func (s *statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQue
 // in exactly 10 reset statements. The tenth batch knows nothing is left
 // (its `more` probe), so no empty eleventh batch is sent: the whole pass is
 // 1 count + 10 resets + 1 wake + 1 state = 13 statements.
-func TestBatchesOfLimit(t *testing.T) {
+func TestBatchLimitResetsAllInExactlyEnoughBatches(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	seedDelivered(t, db, 1000, time.Hour)
@@ -785,7 +786,7 @@ func TestBudgetStopsBatches(t *testing.T) {
 // and not for a pass without. Absence is proved without a sleep: a sentinel
 // notified after the pass returned must be the next thing received, since
 // notifications arrive in commit order.
-func TestWakeNotification(t *testing.T) {
+func TestWakeNotifiedOncePerPassWithStuckWork(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	listener := db.Connect(t)
@@ -870,7 +871,7 @@ func (c *cancelOnBatch) QueryRow(ctx context.Context, sql string, args ...any) p
 // makes each row update take 2ms, so a batch of 100 runs for 200ms+): the
 // batches that committed stay, the one cut off is rolled back whole, no row
 // is half updated, and the next pass finishes the rest.
-func TestCancelledMidPass(t *testing.T) {
+func TestCancelledMidPassKeepsOnlyCommittedBatches(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	seedDelivered(t, db, 1000, time.Hour)

@@ -67,7 +67,7 @@ func TestNewRefusesEachBadSettingByName(t *testing.T) {
 	}
 }
 
-func TestShouldWake(t *testing.T) {
+func TestWakeOnAnyResetDeathOrStuckPendingRow(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		reset, dead, stuckPending int64
@@ -85,7 +85,7 @@ func TestShouldWake(t *testing.T) {
 	}
 }
 
-func TestBudgetLeft(t *testing.T) {
+func TestNoBatchStartsOnceTheBudgetIsSpent(t *testing.T) {
 	t.Parallel()
 	if !budgetLeft(0, time.Second) {
 		t.Error("a fresh pass with budget left may start a batch")
