@@ -9,20 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/esm"
-
-	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
-
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/esm"
 	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
+	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
 )
 
 // world is an end-to-end setup: a database with writers reporting through
@@ -86,8 +85,11 @@ func (w *world) rollback(t *testing.T, n int) []int64 {
 		}
 		return errRollback
 	})
-	if !errors.Is(err, errRollback) || strings.Contains(err.Error(), "report") {
-		t.Fatalf("InTx: %v", err)
+	if !errors.Is(err, errRollback) {
+		t.Fatalf("InTx = %v, want the rollback error", err)
+	}
+	if strings.Contains(err.Error(), "report") {
+		t.Fatalf("InTx = %v, want the rollback error alone: the report failed", err)
 	}
 	return seqs
 }
@@ -139,6 +141,7 @@ func (w *world) pump(t *testing.T, timeout time.Duration, done func() bool) (inv
 	return invocations
 }
 
+// filledBy is filled_by ("" for a real event) of those of seqs that exist.
 func (w *world) filledBy(t *testing.T, seqs []int64) map[int64]string {
 	t.Helper()
 	rows, err := w.db.Pool.Query(context.Background(),
@@ -146,20 +149,23 @@ func (w *world) filledBy(t *testing.T, seqs []int64) map[int64]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	out := map[int64]string{}
-	for rows.Next() {
-		var s int64
-		var by string
-		if err := rows.Scan(&s, &by); err != nil {
-			t.Fatal(err)
-		}
-		out[s] = by
+	type filled struct {
+		Sequence int64
+		By       string
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[filled])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[int64]string, len(list))
+	for _, r := range list {
+		out[r.Sequence] = r.By
 	}
 	return out
 }
 
 func (w *world) allFilled(t *testing.T, seqs []int64) bool {
+	t.Helper()
 	got := w.filledBy(t, seqs)
 	for _, s := range seqs {
 		if got[s] != "compensate" {
@@ -190,11 +196,14 @@ func TestEndToEndRedrive(t *testing.T) {
 		}
 		return len(moved) > 0 && w.allFilled(t, append(append([]int64{}, a...), b...))
 	})
-	if len(moved) != 1 || aws.ToString(moved[0].Body) != garbage {
-		t.Fatalf("redrive DLQ holds %v, want the malformed body unchanged", moved)
+	if len(moved) != 1 {
+		t.Fatalf("redrive DLQ holds %d messages, want the malformed one: %v", len(moved), moved)
+	}
+	if body := aws.ToString(moved[0].Body); body != garbage {
+		t.Errorf("redrive DLQ body %q, want the malformed body %q unchanged", body, garbage)
 	}
 	if n, _ := strconv.Atoi(moved[0].Attributes["ApproximateReceiveCount"]); n < maxReceiveCount {
-		t.Fatalf("moved after %d receives, want at least %d", n, maxReceiveCount)
+		t.Errorf("moved after %d receives, want at least %d", n, maxReceiveCount)
 	}
 	// One JSON log line per invocation, with the request id; the bad
 	// message is logged as undeliverable to a DLQ.
@@ -214,11 +223,15 @@ func TestEndToEndRedrive(t *testing.T) {
 		b, u := count(l)
 		return b > 0 && u >= maxReceiveCount && strings.Contains(l, `"Namespace":"Outboxkeeper"`)
 	})
-	if batches, undeliverable := count(logs); batches == 0 || undeliverable < maxReceiveCount {
-		t.Fatalf("logs: %d batch lines, %d undeliverable lines:\n%s", batches, undeliverable, logs)
+	batches, undeliverable := count(logs)
+	if batches == 0 {
+		t.Errorf("no batch log line with a requestId:\n%s", logs)
+	}
+	if undeliverable < maxReceiveCount {
+		t.Errorf("%d log lines about the undeliverable bad input, want one a receive (%d):\n%s", undeliverable, maxReceiveCount, logs)
 	}
 	if !strings.Contains(logs, `"Namespace":"Outboxkeeper"`) {
-		t.Fatalf("no EMF metrics line:\n%s", logs)
+		t.Errorf("no EMF metrics line:\n%s", logs)
 	}
 }
 
@@ -245,12 +258,17 @@ func TestEndToEndBadInputToDLQ(t *testing.T) {
 		got = append(got, receiveAll(t, w.sqs, dlq)...)
 		return len(got) > 0 && w.allFilled(t, good)
 	})
-	if len(got) != 1 || aws.ToString(got[0].Body) != above ||
-		!strings.Contains(aws.ToString(got[0].MessageAttributes["error"].StringValue), "above the allocation head") {
-		t.Fatalf("DLQ: %+v", got)
+	if len(got) != 1 {
+		t.Fatalf("DLQ holds %d messages, want the bad one: %+v", len(got), got)
+	}
+	if body := aws.ToString(got[0].Body); body != above {
+		t.Errorf("DLQ body %q, want %q unchanged", body, above)
+	}
+	if reason := aws.ToString(got[0].MessageAttributes["error"].StringValue); !strings.Contains(reason, "above the allocation head") {
+		t.Errorf("DLQ reason %q, want it to name the allocation head", reason)
 	}
 	if moved := receiveAll(t, w.sqs, w.redrive); len(moved) != 0 {
-		t.Fatalf("bad input was retried until redrive instead of going to the DLQ at once: %v", moved)
+		t.Errorf("bad input was retried until redrive instead of going to the DLQ at once: %v", moved)
 	}
 }
 

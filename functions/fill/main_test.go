@@ -71,9 +71,7 @@ func TestEndToEndUnderRIE(t *testing.T) {
 
 	// EventBridge Scheduler passes its Input verbatim; first run anchors.
 	exec(`SELECT outbox.publish('t', '{}')`)
-	if res := invoke(`{"source":"outboxkeeper.schedule"}`); res["watermark"] != 1.0 || res["waiting"] != nil {
-		t.Fatalf("first run: %v", res)
-	}
+	wantFields(t, "first run", invoke(`{"source":"outboxkeeper.schedule"}`), map[string]any{"watermark": 1.0, "waiting": nil})
 	burnOne()
 	exec(`SELECT outbox.publish('t', '{}')`)
 
@@ -81,25 +79,25 @@ func TestEndToEndUnderRIE(t *testing.T) {
 	envelope := `{"version":"0","id":"53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa","detail-type":"Scheduled Event",
 		"source":"aws.events","account":"123456789012","time":"2026-01-01T00:00:00Z","region":"us-east-1",
 		"resources":["arn:aws:events:us-east-1:123456789012:rule/fill"],"detail":{}}`
+	// The gap at 2 filled within the pass (grace waited out).
 	res := invoke(envelope)
-	if res["filled"] != 1.0 || res["watermark"] != 3.0 || res["head"] != 3.0 || res["waiting"] != nil || res["stalled_at"] != nil {
-		t.Fatalf("want the gap at 2 filled within the pass (grace waited out); got %v", res)
-	}
+	wantFields(t, "scheduled event", res, map[string]any{"filled": 1.0, "watermark": 3.0, "head": 3.0, "waiting": nil, "stalled_at": nil})
 	if bl, ok := res["blocked_by"].([]any); !ok || len(bl) != 0 {
-		t.Fatalf("blocked_by must be an empty list: %v", res["blocked_by"])
+		t.Errorf("blocked_by = %v, want an empty list", res["blocked_by"])
 	}
-	if res["statements"].(float64) < 1 {
-		t.Fatalf("statements: %v", res)
+	if n, _ := res["statements"].(float64); n < 1 {
+		t.Errorf("statements = %v, want at least 1", res["statements"])
 	}
 	var filledBy string
-	if err := db.Pool.QueryRow(ctx, `SELECT filled_by FROM outbox.events WHERE sequence = 2`).Scan(&filledBy); err != nil || filledBy != "fill" {
-		t.Fatalf("sequence 2: %q %v", filledBy, err)
+	if err := db.Pool.QueryRow(ctx, `SELECT filled_by FROM outbox.events WHERE sequence = 2`).Scan(&filledBy); err != nil {
+		t.Fatalf("sequence 2: %v", err)
+	}
+	if filledBy != "fill" {
+		t.Errorf("sequence 2: filled_by %q, want fill", filledBy)
 	}
 
 	// `{}` too; caught up now.
-	if res := invoke(`{}`); res["filled"] != 0.0 || res["watermark"] != 3.0 {
-		t.Fatalf("caught-up pass: %v", res)
-	}
+	wantFields(t, "caught-up pass", invoke(`{}`), map[string]any{"filled": 0.0, "watermark": 3.0})
 
 	// One JSON log line per pass carrying the request id, and EMF metrics.
 	count := func(logs string) (passes, emf, withoutID int) {
@@ -117,11 +115,29 @@ func TestEndToEndUnderRIE(t *testing.T) {
 		return passes, emf, withoutID
 	}
 	logs := fn.AwaitLogs(func(l string) bool { p, e, _ := count(l); return p >= 3 && e >= 3 })
-	if passes, emf, withoutID := count(logs); passes != 3 || emf != 3 || withoutID != 0 {
-		t.Fatalf("want 3 pass log lines with a requestId and 3 EMF lines; got %d (%d without), %d\n%s", passes, withoutID, emf, logs)
+	passes, emf, withoutID := count(logs)
+	if passes != 3 {
+		t.Errorf("%d pass log lines, want 3\n%s", passes, logs)
+	}
+	if withoutID != 0 {
+		t.Errorf("%d pass log lines without a requestId, want none\n%s", withoutID, logs)
+	}
+	if emf != 3 {
+		t.Errorf("%d EMF lines, want 3\n%s", emf, logs)
 	}
 	if !strings.Contains(logs, `"PassDurationMs"`) {
-		t.Fatal("no PassDurationMs metric")
+		t.Error("no PassDurationMs metric")
+	}
+}
+
+// wantFields checks fields of a JSON response, one by one (numbers decode
+// as float64, null as nil).
+func wantFields(t *testing.T, what string, res map[string]any, want map[string]any) {
+	t.Helper()
+	for k, v := range want {
+		if res[k] != v {
+			t.Errorf("%s: %s = %v, want %v (response %v)", what, k, res[k], v, res)
+		}
 	}
 }
 
@@ -263,8 +279,11 @@ func TestConsecutiveInvocationsHandOverUnderRIE(t *testing.T) {
 	if ra["handed_over"] != true {
 		t.Errorf("first invocation: handed_over = %v, want true: %v", ra["handed_over"], ra)
 	}
-	if rb["invoke_error"] != nil || rb["error"] != nil {
-		t.Errorf("second invocation failed: %v", rb)
+	if rb["invoke_error"] != nil {
+		t.Errorf("second invocation: %v", rb["invoke_error"])
+	}
+	if rb["error"] != nil {
+		t.Errorf("second invocation: error %v, want none; %v", rb["error"], rb)
 	}
 	bound := 2*time.Second + 500*time.Millisecond + time.Second // grace + tick + 1 s
 	for seq, at := range gaps {
@@ -275,10 +294,18 @@ func TestConsecutiveInvocationsHandOverUnderRIE(t *testing.T) {
 			continue
 		}
 		if by == nil || *by != "fill" {
-			t.Errorf("gap %d: filled_by %v, want fill", seq, by)
+			t.Errorf("gap %d: filled_by %v, want fill", seq, show(by))
 		}
 		if d := recorded.Sub(at); d > bound {
 			t.Errorf("gap %d filled %s after its rollback, want within %s", seq, d, bound)
 		}
 	}
+}
+
+// show prints an optional value: nil, or what it points to.
+func show[T any](p *T) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
 }

@@ -602,16 +602,19 @@ func read(t *testing.T, path string) string {
 	return string(b)
 }
 
-func TestTemplate(t *testing.T) {
+// TestTemplatePassesEveryCheck runs each check of allChecks on the real
+// template and Makefile.
+func TestTemplatePassesEveryCheck(t *testing.T) {
 	tpl := loadTemplate(t, read(t, templatePath))
 	makefile := read(t, makefilePath)
-	if got := tpl.functions(); !reflect.DeepEqual(got, []string{"CompensateFunction", "FillFunction", "SweepFunction"}) {
-		t.Fatalf("functions = %v", got)
+	if got, want := tpl.functions(), []string{"CompensateFunction", "FillFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("functions = %v, want %v", got, want)
 	}
 	for name, problems := range map[string][]string{
 		"makefile targets": checkMakefileTargets(tpl, makefile),
 		"queue consumers":  checkQueueConsumers(tpl),
 		"scheduled":        checkScheduled(tpl),
+		"watch coverage":   checkWatchCoverage(tpl),
 		"environment":      checkEnvironment(tpl),
 		"sqs permissions":  checkSQSPermissions(tpl, sqsCalls(t, tpl.functions())),
 		"patterns":         checkParameterPatterns(tpl),
@@ -709,28 +712,47 @@ func TestSampleEvents(t *testing.T) {
 	schedule := strings.TrimSpace(read(t, "../../events/schedule.json"))
 	for _, fn := range []string{"FillFunction", "SweepFunction"} {
 		evs := tpl.events(fn, "ScheduleV2")
-		if len(evs) != 1 || evs[0]["Input"] != schedule {
-			t.Errorf("%s: schedule Input differs from events/schedule.json %s", fn, schedule)
+		if len(evs) != 1 {
+			t.Errorf("%s: %d ScheduleV2 events, want 1", fn, len(evs))
+			continue
+		}
+		if evs[0]["Input"] != schedule {
+			t.Errorf("%s: schedule Input %v differs from events/schedule.json %s", fn, evs[0]["Input"], schedule)
 		}
 	}
 	var cw events.CloudWatchEvent
-	if err := json.Unmarshal([]byte(read(t, "../../events/scheduled-event.json")), &cw); err != nil || cw.DetailType != "Scheduled Event" || cw.Source != "aws.events" {
-		t.Errorf("events/scheduled-event.json: %+v, %v", cw, err)
+	if err := json.Unmarshal([]byte(read(t, "../../events/scheduled-event.json")), &cw); err != nil {
+		t.Errorf("events/scheduled-event.json: %v", err)
+	}
+	if cw.DetailType != "Scheduled Event" {
+		t.Errorf("events/scheduled-event.json: detail-type %q, want Scheduled Event", cw.DetailType)
+	}
+	if cw.Source != "aws.events" {
+		t.Errorf("events/scheduled-event.json: source %q, want aws.events", cw.Source)
 	}
 	var sqs events.SQSEvent
 	if err := json.Unmarshal([]byte(read(t, "../../events/sqs.json")), &sqs); err != nil {
 		t.Fatal(err)
 	}
 	valid := 0
-	for _, r := range sqs.Records {
-		if r.EventSource != "aws:sqs" || r.MessageId == "" || r.Attributes["ApproximateReceiveCount"] == "" {
-			t.Errorf("record %s lacks what the handler reads", r.MessageId)
+	for i, r := range sqs.Records {
+		if r.EventSource != "aws:sqs" {
+			t.Errorf("events/sqs.json record %d: eventSource %q, want aws:sqs", i, r.EventSource)
+		}
+		if r.MessageId == "" {
+			t.Errorf("events/sqs.json record %d: no messageId", i)
+		}
+		if r.Attributes["ApproximateReceiveCount"] == "" {
+			t.Errorf("events/sqs.json record %d: no ApproximateReceiveCount, which the handler reads", i)
 		}
 		if json.Valid([]byte(r.Body)) {
 			valid++
 		}
 	}
-	if len(sqs.Records) != 2 || valid != 1 {
-		t.Errorf("events/sqs.json: want one valid and one malformed report, got %d records, %d valid", len(sqs.Records), valid)
+	if len(sqs.Records) != 2 {
+		t.Errorf("events/sqs.json: %d records, want one valid and one malformed report", len(sqs.Records))
+	}
+	if valid != 1 {
+		t.Errorf("events/sqs.json: %d records with a valid JSON body, want 1", valid)
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// TestReadTemplate reads the real template.yaml: the driver's emulation
-// settings must come from it, so a change there changes the local runs.
-func TestReadTemplate(t *testing.T) {
+// The driver's emulation settings come from the real template.yaml, so a
+// change there changes the local runs.
+func TestReadTemplateTakesTheDeployedSettings(t *testing.T) {
 	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -30,23 +30,35 @@ func TestReadTemplate(t *testing.T) {
 			t.Errorf("%s Input %q is not JSON: %v", name, input, err)
 		}
 	}
+	if tm.FunctionTimeout <= 0 {
+		t.Errorf("FunctionTimeout = %s, want > 0", tm.FunctionTimeout)
+	}
+	if tm.BatchSize < 1 || tm.BatchSize > 10000 {
+		t.Errorf("BatchSize = %d, want 1 to 10000", tm.BatchSize)
+	}
+	if tm.MaxReceiveCount < 1 {
+		t.Errorf("MaxReceiveCount = %d, want >= 1", tm.MaxReceiveCount)
+	}
 	// MaxConcurrency comes through !Ref CompensateMaxConcurrency's default;
 	// the SQS event source accepts 2 to 1000.
-	if tm.FunctionTimeout <= 0 || tm.BatchSize < 1 || tm.BatchSize > 10000 || tm.MaxReceiveCount < 1 || tm.MaxConcurrency < 2 || tm.MaxConcurrency > 1000 {
-		t.Errorf("implausible template values: %+v", tm)
+	if tm.MaxConcurrency < 2 || tm.MaxConcurrency > 1000 {
+		t.Errorf("MaxConcurrency = %d, want 2 to 1000", tm.MaxConcurrency)
 	}
 	// AWS's rule for SQS event sources, which the driver inherits.
 	if tm.VisibilityTimeout < 6*tm.FunctionTimeout {
 		t.Errorf("visibility %s < 6 x timeout %s", tm.VisibilityTimeout, tm.FunctionTimeout)
 	}
 	if tm.BatchingWindow < 0 || tm.BatchingWindow > 300*time.Second {
-		t.Errorf("batching window %s", tm.BatchingWindow)
+		t.Errorf("BatchingWindow = %s, want 0 to 300s", tm.BatchingWindow)
 	}
-	if tm.FillSchedule != time.Minute || tm.SweepSchedule != time.Minute {
-		t.Errorf("schedules fill %s sweep %s, want the template's rate(1 minute)", tm.FillSchedule, tm.SweepSchedule)
+	if tm.FillSchedule != time.Minute {
+		t.Errorf("FillSchedule = %s, want the template's rate(1 minute)", tm.FillSchedule)
+	}
+	if tm.SweepSchedule != time.Minute {
+		t.Errorf("SweepSchedule = %s, want the template's rate(1 minute)", tm.SweepSchedule)
 	}
 	if tm.FillConcurrency != 2 {
-		t.Errorf("fill concurrency %d, want 2 (the hand-over)", tm.FillConcurrency)
+		t.Errorf("FillConcurrency = %d, want 2 (the hand-over)", tm.FillConcurrency)
 	}
 	if got := tm.Env["fill"]["FILL_PASS_BUDGET"]; got != "85s" {
 		t.Errorf("fill's FILL_PASS_BUDGET from the template = %q, want its parameter default 85s", got)
@@ -59,12 +71,17 @@ func TestReadTemplate(t *testing.T) {
 	}
 }
 
-func TestParseRate(t *testing.T) {
+func TestParseRateReadsRateExpressionsOnly(t *testing.T) {
 	for expr, want := range map[string]time.Duration{
 		"rate(1 minute)": time.Minute, "rate(5 minutes)": 5 * time.Minute, "rate(1 hour)": time.Hour, "rate(2 days)": 48 * time.Hour,
 	} {
-		if got, err := ParseRate(expr); err != nil || got != want {
-			t.Errorf("ParseRate(%q) = %s, %v; want %s", expr, got, err, want)
+		got, err := ParseRate(expr)
+		if err != nil {
+			t.Errorf("ParseRate(%q): %v", expr, err)
+			continue
+		}
+		if got != want {
+			t.Errorf("ParseRate(%q) = %s, want %s", expr, got, want)
 		}
 	}
 	for _, bad := range []string{"cron(0 * * * ? *)", "rate(0 minutes)", "rate(1 fortnight)", "rate(minute)"} {
@@ -84,8 +101,8 @@ func TestReadTemplateNamesWhatIsMissing(t *testing.T) {
 	}
 }
 
-// TestFailedItems: Lambda's partial batch response rules.
-func TestFailedItems(t *testing.T) {
+// failedItems applies Lambda's partial batch response rules.
+func TestFailedItemsFollowLambdasPartialBatchRules(t *testing.T) {
 	batch := []types.Message{{MessageId: aws.String("a")}, {MessageId: aws.String("b")}}
 	cases := []struct {
 		name   string
@@ -103,9 +120,15 @@ func TestFailedItems(t *testing.T) {
 	}
 	for _, c := range cases {
 		failed, whole := failedItems(json.RawMessage(c.resp), batch)
-		if whole != c.whole || (!whole && len(failed) != len(c.failed)) {
-			t.Errorf("%s: failed %v whole %v", c.name, failed, whole)
+		if whole != c.whole {
+			t.Errorf("%s: whole batch failed = %v, want %v", c.name, whole, c.whole)
 			continue
+		}
+		if whole {
+			continue // the items do not matter when the whole batch fails
+		}
+		if len(failed) != len(c.failed) {
+			t.Errorf("%s: failed items %v, want %v", c.name, failed, c.failed)
 		}
 		for _, id := range c.failed {
 			if !failed[id] {

@@ -1,10 +1,10 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,15 +16,16 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/rie"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 )
 
-// TestMapping runs the event source mapping against fauxqs and a real
-// bootstrap under rie: successes are deleted after one delivery, a failed
+// The event source mapping, against fauxqs and a real bootstrap under
+// rie: successes are deleted after one delivery, a failed
 // item comes back after the visibility timeout with a growing
 // ApproximateReceiveCount, and the queue's redrive policy moves it to the
 // DLQ after maxReceiveCount receives.
-func TestMapping(t *testing.T) {
+func TestMappingDeletesSuccessesAndRedrivesFailedItems(t *testing.T) {
 	t.Parallel()
 	rieBin := testenv.Require(t, "AWS_LAMBDA_RIE")
 	bootstrap := lambdatest.Build(t, "./infra/local/testdata/partial")
@@ -39,7 +40,7 @@ func TestMapping(t *testing.T) {
 	}
 	defer q.Delete(context.Background(), c)
 
-	var logs bytes.Buffer // written by rie's pipe copier; read after Stop
+	var logs syncbuf.Buffer // written by rie's pipe copier
 	f, err := rie.Start(ctx, rie.Spec{Name: "partial", RIE: rieBin, Bootstrap: bootstrap, Output: &logs})
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +75,7 @@ func TestMapping(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, rec := range r.Received.Records {
-				if rec.EventSourceARN != q.ARN || rec.EventSource != "aws:sqs" || rec.AWSRegion != "us-east-1" || rec.ReceiptHandle == "" || rec.MessageId == "" {
-					t.Errorf("record not as Lambda sends it: %+v", rec)
-				}
+				wantLikeLambda(t, rec, q.ARN)
 				seen[rec.Body] = append(seen[rec.Body], rec.Attributes["ApproximateReceiveCount"])
 			}
 		}}
@@ -110,18 +109,43 @@ func TestMapping(t *testing.T) {
 			t.Errorf("%s delivered %d times, want once", ok, len(seen[ok]))
 		}
 	}
-	if got := seen["fail-1"]; len(got) != tmpl.MaxReceiveCount || got[0] != "1" || got[1] != "2" {
-		t.Errorf("fail-1 receive counts %v, want [1 2]", got)
+	// One delivery a receive until maxReceiveCount (2), then the redrive.
+	if got, want := seen["fail-1"], []string{"1", "2"}; !slices.Equal(got, want) {
+		t.Errorf("fail-1 receive counts %v, want %v", got, want)
 	}
 	if n, _ := Depth(ctx, c, q.URL); n != 0 {
 		t.Errorf("%d messages left in the queue", n)
 	}
-	if m.Stats.Deleted.Load() != 2 || m.Stats.ItemFailures.Load() != 2 {
-		t.Errorf("deleted %d, item failures %d", m.Stats.Deleted.Load(), m.Stats.ItemFailures.Load())
+	if n := m.Stats.Deleted.Load(); n != 2 {
+		t.Errorf("Stats.Deleted = %d, want the 2 successes", n)
+	}
+	if n := m.Stats.ItemFailures.Load(); n != 2 {
+		t.Errorf("Stats.ItemFailures = %d, want fail-1 twice", n)
 	}
 }
 
-// TestMappingFeedsEveryInstance: with two instances (the template's
+// wantLikeLambda checks that a record carries what Lambda's event source
+// mapping puts in one.
+func wantLikeLambda(t *testing.T, rec events.SQSMessage, queueARN string) {
+	t.Helper()
+	if rec.EventSourceARN != queueARN {
+		t.Errorf("record %s: eventSourceARN %q, want %q", rec.MessageId, rec.EventSourceARN, queueARN)
+	}
+	if rec.EventSource != "aws:sqs" {
+		t.Errorf("record %s: eventSource %q, want aws:sqs", rec.MessageId, rec.EventSource)
+	}
+	if rec.AWSRegion != "us-east-1" {
+		t.Errorf("record %s: awsRegion %q, want us-east-1", rec.MessageId, rec.AWSRegion)
+	}
+	if rec.ReceiptHandle == "" {
+		t.Errorf("record %s: no receiptHandle", rec.MessageId)
+	}
+	if rec.MessageId == "" {
+		t.Errorf("record with body %q: no messageId", rec.Body)
+	}
+}
+
+// With two instances (the template's
 // MaximumConcurrency) both receive batches, and every message is still
 // handled exactly once and deleted.
 func TestMappingFeedsEveryInstance(t *testing.T) {
@@ -141,11 +165,17 @@ func TestMappingFeedsEveryInstance(t *testing.T) {
 
 	var instances []*Function
 	for _, name := range []string{"partial-a", "partial-b"} {
-		f, err := rie.Start(ctx, rie.Spec{Name: name, RIE: rieBin, Bootstrap: bootstrap, Output: &bytes.Buffer{}})
+		var logs syncbuf.Buffer // written by rie's pipe copier
+		f, err := rie.Start(ctx, rie.Spec{Name: name, RIE: rieBin, Bootstrap: bootstrap, Output: &logs})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Stop()
+		defer func() {
+			f.Stop()
+			if t.Failed() {
+				t.Logf("%s: rie and function output:\n%s", name, logs.String())
+			}
+		}()
 		instances = append(instances, f)
 	}
 	const n = 30
@@ -161,8 +191,12 @@ func TestMappingFeedsEveryInstance(t *testing.T) {
 			var r struct {
 				Received events.SQSEvent `json:"received"`
 			}
-			if inv.Error != "" || json.Unmarshal(inv.Response, &r) != nil {
-				t.Errorf("invocation of %s: %s %s", inv.Function, inv.Error, inv.Response)
+			if inv.Error != "" {
+				t.Errorf("invocation of %s failed: %s", inv.Function, inv.Error)
+				return
+			}
+			if err := json.Unmarshal(inv.Response, &r); err != nil {
+				t.Errorf("invocation of %s: response %s: %v", inv.Function, inv.Response, err)
 				return
 			}
 			mu.Lock()
@@ -182,15 +216,20 @@ func TestMappingFeedsEveryInstance(t *testing.T) {
 	<-done
 	mu.Lock()
 	defer mu.Unlock()
-	if m.Stats.Deleted.Load() != n || len(byBody) != n {
-		t.Fatalf("deleted %d, handled %d distinct bodies, want %d", m.Stats.Deleted.Load(), len(byBody), n)
+	if got := m.Stats.Deleted.Load(); got != n {
+		t.Errorf("Stats.Deleted = %d, want %d", got, n)
+	}
+	if len(byBody) != n {
+		t.Errorf("%d distinct bodies handled, want %d", len(byBody), n)
 	}
 	for body, times := range byBody {
 		if times != 1 {
-			t.Errorf("%s handled %d times", body, times)
+			t.Errorf("%s handled %d times, want once", body, times)
 		}
 	}
-	if byInstance["partial-a"] == 0 || byInstance["partial-b"] == 0 {
-		t.Errorf("invocations by instance %v: want both instances fed", byInstance)
+	for _, name := range []string{"partial-a", "partial-b"} {
+		if byInstance[name] == 0 {
+			t.Errorf("%s was never invoked, want both instances fed: %v", name, byInstance)
+		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-func TestFor(t *testing.T) {
+func TestForKeepsTheMarginBeforeTheDeadline(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	cases := []struct {
 		name       string

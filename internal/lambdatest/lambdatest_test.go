@@ -14,7 +14,7 @@ import (
 
 const echoPkg = "./internal/lambdatest/testdata/echo"
 
-func TestNormalize(t *testing.T) {
+func TestNormalizeNamesPackagesFromTheModuleRoot(t *testing.T) {
 	for in, want := range map[string]string{
 		"fill":                                "./functions/fill",
 		"functions/sweep":                     "./functions/sweep",
@@ -43,21 +43,36 @@ func TestEchoThroughRIE(t *testing.T) {
 	if err := fn.InvokeJSON(ctx, map[string]any{"n": 1, "s": "x"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.Env != "hello" || out.Input["s"] != "x" || out.Input["n"] != float64(1) {
-		t.Fatalf("unexpected response %+v", out)
+	if out.Env != "hello" {
+		t.Errorf("env = %q, want the configured hello", out.Env)
+	}
+	if out.Input["s"] != "x" {
+		t.Errorf("input s = %v, want x", out.Input["s"])
+	}
+	if out.Input["n"] != float64(1) {
+		t.Errorf("input n = %v, want 1", out.Input["n"])
 	}
 
 	// A second invocation reuses the warm environment, as Lambda does.
 	body, err := fn.Invoke(ctx, []byte(`{"second":true}`))
-	if err != nil || !strings.Contains(string(body), `"second":true`) {
-		t.Fatalf("second invoke: %s, %v", body, err)
+	if err != nil {
+		t.Fatalf("second invoke: %v\n%s", err, body)
+	}
+	if !strings.Contains(string(body), `"second":true`) {
+		t.Errorf("second invoke answered %s, want its input echoed", body)
 	}
 
 	// A handler error comes back as a Lambda error object.
 	body, err = fn.Invoke(ctx, []byte(`{"fail":true}`))
 	var fe *rie.Error
-	if !errors.As(err, &fe) || fe.Message != "asked to fail" || !rie.IsFunctionError(err) {
-		t.Fatalf("want function error, got body %s err %v", body, err)
+	if !errors.As(err, &fe) {
+		t.Fatalf("invoke of a failing handler = %v (body %s), want a *rie.Error", err, body)
+	}
+	if fe.Message != "asked to fail" {
+		t.Errorf("error message %q, want the handler's \"asked to fail\"", fe.Message)
+	}
+	if !rie.IsFunctionError(err) {
+		t.Errorf("IsFunctionError(%v) = false, want true", err)
 	}
 
 	// The function's slog records are JSON lines carrying the request id.

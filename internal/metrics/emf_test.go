@@ -3,6 +3,7 @@ package metrics
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 )
@@ -35,24 +36,45 @@ func TestEmitWritesEMF(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
+	if doc.AWS.Timestamp != 1700000000123 {
+		t.Errorf("_aws.Timestamp = %d, want the clock's 1700000000123", doc.AWS.Timestamp)
+	}
 	cw := doc.AWS.CloudWatchMetrics
-	if doc.AWS.Timestamp != 1700000000123 || len(cw) != 1 || cw[0].Namespace != Namespace {
-		t.Fatalf("envelope = %+v", doc.AWS)
+	if len(cw) != 1 {
+		t.Fatalf("_aws.CloudWatchMetrics = %+v, want one directive", cw)
 	}
-	if len(cw[0].Dimensions) != 1 || len(cw[0].Dimensions[0]) != 1 || cw[0].Dimensions[0][0] != DimensionFunction || doc.Function != "fill" {
-		t.Fatalf("dimensions = %v, Function = %q", cw[0].Dimensions, doc.Function)
+	if cw[0].Namespace != Namespace {
+		t.Errorf("Namespace = %q, want %q", cw[0].Namespace, Namespace)
 	}
-	if len(cw[0].Metrics) != 2 || cw[0].Metrics[0].Name != "Filled" || cw[0].Metrics[0].Unit != Count {
-		t.Fatalf("metrics = %+v", cw[0].Metrics)
+	if want := [][]string{{DimensionFunction}}; !slices.EqualFunc(cw[0].Dimensions, want, slices.Equal) {
+		t.Errorf("Dimensions = %v, want %v", cw[0].Dimensions, want)
 	}
-	if doc.Filled != 3 || doc.Lag == nil || *doc.Lag != 0 {
-		t.Fatalf("values: Filled=%v Lag=%v", doc.Filled, doc.Lag)
+	if doc.Function != "fill" {
+		t.Errorf("Function = %q, want fill", doc.Function)
+	}
+	if len(cw[0].Metrics) != 2 {
+		t.Fatalf("Metrics = %+v, want Filled and Lag", cw[0].Metrics)
+	}
+	if m := cw[0].Metrics[0]; m.Name != "Filled" {
+		t.Errorf("Metrics[0].Name = %q, want Filled", m.Name)
+	}
+	if m := cw[0].Metrics[0]; m.Unit != Count {
+		t.Errorf("Metrics[0].Unit = %q, want %q", m.Unit, Count)
+	}
+	if doc.Filled != 3 {
+		t.Errorf("Filled = %v, want 3", doc.Filled)
+	}
+	if doc.Lag == nil || *doc.Lag != 0 {
+		t.Errorf("Lag = %v, want a 0 present at the top level", doc.Lag)
 	}
 }
 
 func TestEmitNothingWritesNothing(t *testing.T) {
 	var out bytes.Buffer
-	if err := (&Emitter{Function: "sweep", Out: &out}).Emit(); err != nil || out.Len() != 0 {
-		t.Fatalf("err=%v out=%q", err, out.String())
+	if err := (&Emitter{Function: "sweep", Out: &out}).Emit(); err != nil {
+		t.Fatalf("Emit(): %v", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("Emit() wrote %q, want nothing", out.String())
 	}
 }

@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 )
 
-func TestAnswerError(t *testing.T) {
+func TestAnswerErrorTellsErrorDocumentsFromHandlerOutput(t *testing.T) {
 	for _, ok := range []string{
 		`{"watermark":1}`, `{"batchItemFailures":[]}`, `null`, `[]`, `"s"`, ``,
 		`{"errorMessage":"x"}`,                   // one key alone is a handler's output
@@ -27,27 +28,63 @@ func TestAnswerError(t *testing.T) {
 			t.Errorf("%s taken for an error: %v", ok, e)
 		}
 	}
-	e := answerError(http.StatusOK, []byte(`{"errorMessage":"boom","errorType":"errorString"}`))
-	if e == nil || e.Type != "errorString" || e.Message != "boom" || !IsFunctionError(e) {
-		t.Errorf("error document: got %#v", e)
+	// mustError is the error answerError takes the answer for; the subtest
+	// ends when it takes it for output.
+	mustError := func(t *testing.T, status int, body string) *Error {
+		t.Helper()
+		e := answerError(status, []byte(body))
+		if e == nil {
+			t.Fatalf("HTTP %d %s taken for output, want an error", status, body)
+		}
+		return e
 	}
+	t.Run("error document", func(t *testing.T) {
+		e := mustError(t, http.StatusOK, `{"errorMessage":"boom","errorType":"errorString"}`)
+		if e.Type != "errorString" {
+			t.Errorf("Type %q, want errorString", e.Type)
+		}
+		if e.Message != "boom" {
+			t.Errorf("Message %q, want boom", e.Message)
+		}
+		if !IsFunctionError(e) {
+			t.Errorf("IsFunctionError = false, want true: %#v", e)
+		}
+	})
 	// aws-lambda-go's panic document: the trace holds frame objects.
-	e = answerError(http.StatusOK, []byte(`{"errorMessage":"p","errorType":"runtime.Error","stackTrace":[{"path":"x.go","line":1,"label":"f"}]}`))
-	if e == nil || e.Message != "p" || len(e.Trace) == 0 {
-		t.Errorf("panic document: got %#v", e)
-	}
-	e = answerError(http.StatusOK, []byte("Task timed out after 1.00 seconds"))
-	if e == nil || e.Type != TimeoutType || !IsFunctionError(e) {
-		t.Errorf("timeout: got %#v", e)
-	}
+	t.Run("panic document", func(t *testing.T) {
+		e := mustError(t, http.StatusOK, `{"errorMessage":"p","errorType":"runtime.Error","stackTrace":[{"path":"x.go","line":1,"label":"f"}]}`)
+		if e.Message != "p" {
+			t.Errorf("Message %q, want p", e.Message)
+		}
+		if len(e.Trace) == 0 {
+			t.Errorf("no Trace, want its frames: %#v", e)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		e := mustError(t, http.StatusOK, "Task timed out after 1.00 seconds")
+		if e.Type != TimeoutType {
+			t.Errorf("Type %q, want %q", e.Type, TimeoutType)
+		}
+		if !IsFunctionError(e) {
+			t.Errorf("IsFunctionError = false, want true: %#v", e)
+		}
+	})
 	// A refused invocation is an error, but not the function's.
-	e = answerError(http.StatusBadRequest, []byte(`{"watermark":1}`))
-	if e == nil || e.Status != http.StatusBadRequest || IsFunctionError(e) || !strings.Contains(e.Error(), "HTTP 400") {
-		t.Errorf("HTTP 400: got %#v", e)
-	}
+	t.Run("HTTP 400", func(t *testing.T) {
+		e := mustError(t, http.StatusBadRequest, `{"watermark":1}`)
+		if e.Status != http.StatusBadRequest {
+			t.Errorf("Status %d, want 400", e.Status)
+		}
+		if IsFunctionError(e) {
+			t.Errorf("IsFunctionError = true, want false: %#v", e)
+		}
+		if !strings.Contains(e.Error(), "HTTP 400") {
+			t.Errorf("Error() = %q, want it to say HTTP 400", e.Error())
+		}
+	})
 }
 
-func TestEnvironment(t *testing.T) {
+func TestEnvironmentIsLambdasNotTheCallers(t *testing.T) {
 	t.Setenv("OUTBOXKEEPER_LEAK", "x")
 	env := Environment("fn", map[string]string{"A": "1", "AWS_LAMBDA_LOG_FORMAT": "", "AWS_LAMBDA_FUNCTION_TIMEOUT": "5"})
 	for _, want := range []string{"A=1", "AWS_LAMBDA_FUNCTION_NAME=fn", "AWS_LAMBDA_FUNCTION_TIMEOUT=5"} {
@@ -55,16 +92,19 @@ func TestEnvironment(t *testing.T) {
 			t.Errorf("%s missing from %v", want, env)
 		}
 	}
+	// Not the caller's variables, and not a default the Env emptied.
 	for _, kv := range env {
-		if strings.HasPrefix(kv, "OUTBOXKEEPER_LEAK=") || strings.HasPrefix(kv, "AWS_LAMBDA_LOG_FORMAT=") || strings.HasPrefix(kv, "HOME=") {
-			t.Errorf("%s should not be in the environment", kv)
+		for _, unwanted := range []string{"OUTBOXKEEPER_LEAK=", "AWS_LAMBDA_LOG_FORMAT=", "HOME="} {
+			if strings.HasPrefix(kv, unwanted) {
+				t.Errorf("%s should not be in the environment", kv)
+			}
 		}
 	}
 }
 
 // startEcho builds the harness's echo function and starts it under the
 // local stack's rie.
-func startEcho(t *testing.T, env map[string]string) (*Function, *bytes.Buffer) {
+func startEcho(t *testing.T, env map[string]string) (*Function, *syncbuf.Buffer) {
 	t.Helper()
 	bin := testenv.Require(t, "AWS_LAMBDA_RIE")
 	root, err := testenv.RepoRoot()
@@ -77,20 +117,20 @@ func startEcho(t *testing.T, env map[string]string) (*Function, *bytes.Buffer) {
 	if err := Build(ctx, root, "./internal/lambdatest/testdata/echo", bootstrap); err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer // written by rie's pipe copier; read after Stop
-	f, err := Start(ctx, Spec{RIE: bin, Bootstrap: bootstrap, Env: env, Output: &out})
+	out := &syncbuf.Buffer{} // written by rie's pipe copier
+	f, err := Start(ctx, Spec{RIE: bin, Bootstrap: bootstrap, Env: env, Output: out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.Name != "echo" {
 		t.Errorf("name %q, want the bootstrap's folder", f.Name)
 	}
-	return f, &out
+	return f, out
 }
 
 // A handler that overruns AWS_LAMBDA_FUNCTION_TIMEOUT is a function error,
 // as on Lambda, though rie answers it with a 200 and plain text.
-func TestTimeout(t *testing.T) {
+func TestOverrunningTheTimeoutIsAFunctionError(t *testing.T) {
 	t.Parallel()
 	f, out := startEcho(t, map[string]string{"AWS_LAMBDA_FUNCTION_TIMEOUT": "1"})
 	defer f.Stop()
@@ -98,9 +138,15 @@ func TestTimeout(t *testing.T) {
 	defer cancel()
 	_, err := f.Invoke(ctx, []byte(`{"sleep":"3s"}`))
 	var e *Error
-	if !errors.As(err, &e) || e.Type != TimeoutType || !IsFunctionError(err) {
+	if !errors.As(err, &e) {
 		f.Stop()
-		t.Fatalf("want a timeout, got %v\n%s", err, out)
+		t.Fatalf("invoke = %v, want a *rie.Error\n%s", err, out)
+	}
+	if e.Type != TimeoutType {
+		t.Errorf("error type %q, want %q", e.Type, TimeoutType)
+	}
+	if !IsFunctionError(err) {
+		t.Errorf("IsFunctionError(%v) = false, want true, as on Lambda", err)
 	}
 }
 
@@ -114,7 +160,7 @@ func TestStopEndsBootstrap(t *testing.T) {
 	defer cancel()
 	if _, err := f.Invoke(ctx, []byte(`{}`)); err != nil { // rie starts the bootstrap on the first invocation
 		f.Stop()
-		t.Fatalf("%v\n%s", err, out)
+		t.Fatalf("first invoke: %v\n%s", err, out)
 	}
 	children := childPids(f.Pid())
 	if len(children) == 0 {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-func TestTransient(t *testing.T) {
+func TestTransientOnlyForErrorsARetryCanCure(t *testing.T) {
 	t.Parallel()
 	pgErr := func(code string) error { return fmt.Errorf("insert: %w", &pgconn.PgError{Code: code}) }
 	cases := []struct {

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func TestParseFile(t *testing.T) {
+func TestParseFileReadsShellAssignments(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "stack.env")
 	content := "# comment\n\nDATABASE_URL=postgres://u@h:1/db?sslmode=disable\nexport A=\"quoted\"\nB='single'\nnot a pair\n C = spaced \n"
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -30,18 +30,18 @@ func TestParseFile(t *testing.T) {
 		}
 	}
 	if m := parseFile(filepath.Join(t.TempDir(), "missing")); len(m) != 0 {
-		t.Fatalf("missing file gave %v", m)
+		t.Errorf("a missing file gave %v, want nothing", m)
 	}
 }
 
 func TestLookupPrefersEnvironment(t *testing.T) {
 	t.Setenv("OUTBOXKEEPER_TESTENV_PROBE", "from-env")
 	if got := Lookup("OUTBOXKEEPER_TESTENV_PROBE"); got != "from-env" {
-		t.Fatalf("Lookup = %q", got)
+		t.Fatalf("Lookup = %q, want the environment's from-env", got)
 	}
 }
 
-func TestRepoRoot(t *testing.T) {
+func TestRepoRootHoldsGoMod(t *testing.T) {
 	r, err := RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -65,13 +65,19 @@ func TestSkipFailsUnderCI(t *testing.T) {
 	t.Setenv("CI", "true")
 	r := &skipRecorder{TB: t}
 	Skip(r, "slow")
-	if r.skipped != "" || !strings.Contains(r.fatal, "would skip: slow") {
-		t.Fatalf("under CI: fatal %q, skipped %q", r.fatal, r.skipped)
+	if !strings.Contains(r.fatal, "would skip: slow") {
+		t.Errorf("under CI: Fatal(%q), want it to say it would skip: slow", r.fatal)
+	}
+	if r.skipped != "" {
+		t.Errorf("under CI: Skip(%q), want no skip", r.skipped)
 	}
 	t.Setenv("CI", "")
 	r = &skipRecorder{TB: t}
 	Skip(r, "slow")
-	if r.fatal != "" || r.skipped != "slow" {
-		t.Fatalf("outside CI: fatal %q, skipped %q", r.fatal, r.skipped)
+	if r.fatal != "" {
+		t.Errorf("outside CI: Fatal(%q), want no failure", r.fatal)
+	}
+	if r.skipped != "slow" {
+		t.Errorf("outside CI: Skip(%q), want Skip(slow)", r.skipped)
 	}
 }

@@ -1,7 +1,6 @@
 package compensate_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,12 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/esm"
-	"github.com/outboxkeeper/outboxkeeper/internal/pg"
-	"github.com/outboxkeeper/outboxkeeper/internal/setting"
-
-	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
-
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -28,15 +21,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/esm"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
+	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
+	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
 )
 
 const region = "us-east-1"
@@ -53,26 +51,9 @@ type fixture struct {
 	redrive  string // the source queue's redrive target
 	cfg      compensate.Config
 	svc      *compensate.Service
-	logs     *syncBuffer
-	metrics  *syncBuffer
+	logs     *syncbuf.Buffer
+	metrics  *syncbuf.Buffer
 	reporter *sqsreport.Reporter
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // setup builds a fixture. env overrides COMPENSATE_* variables; a
@@ -80,7 +61,7 @@ func (s *syncBuffer) String() string {
 // filled with a fresh queue.
 func setup(t *testing.T, env map[string]string) *fixture {
 	t.Helper()
-	f := &fixture{t: t, db: testdb.New(t), sqs: sqstest.Client(t), logs: &syncBuffer{}, metrics: &syncBuffer{}}
+	f := &fixture{t: t, db: testdb.New(t), sqs: sqstest.Client(t), logs: &syncbuf.Buffer{}, metrics: &syncbuf.Buffer{}}
 	f.redrive = sqstest.NewQueue(t, f.sqs, "cmp-redrive", nil)
 	policy, _ := json.Marshal(map[string]any{"deadLetterTargetArn": sqstest.QueueARN(t, f.sqs, f.redrive), "maxReceiveCount": 5})
 	f.src = sqstest.NewQueue(t, f.sqs, "cmp-src", map[string]string{
@@ -171,8 +152,11 @@ func (f *fixture) rollback(n int) (seqs []int64) {
 		}
 		return errRollback
 	})
-	if !errors.Is(err, errRollback) || strings.Contains(err.Error(), "report") {
-		f.t.Fatalf("InTx = %v, want only the rollback error", err)
+	if !errors.Is(err, errRollback) {
+		f.t.Fatalf("InTx = %v, want the rollback error", err)
+	}
+	if strings.Contains(err.Error(), "report") {
+		f.t.Fatalf("InTx = %v, want the rollback error alone: the report failed", err)
 	}
 	return seqs
 }
@@ -220,13 +204,13 @@ func (f *fixture) openWriter(n int) (pgx.Tx, []int64) {
 	return tx, seqs
 }
 
+// xidOf is the xid8 of q's transaction (pgx scans xid8 into uint64).
 func xidOf(t *testing.T, q store.Querier) uint64 {
 	t.Helper()
-	var s string
-	if err := q.QueryRow(context.Background(), `SELECT pg_current_xact_id()::text`).Scan(&s); err != nil {
+	var x uint64
+	if err := q.QueryRow(context.Background(), `SELECT pg_current_xact_id()`).Scan(&x); err != nil {
 		t.Fatal(err)
 	}
-	x, _ := strconv.ParseUint(s, 10, 64)
 	return x
 }
 
@@ -243,8 +227,11 @@ func (f *fixture) send(bodies ...string) {
 func body(t *testing.T, r report.Report) string {
 	t.Helper()
 	b, err := report.Encode(r, 0)
-	if err != nil || len(b) != 1 {
+	if err != nil {
 		t.Fatalf("encode: %v", err)
+	}
+	if len(b) != 1 {
+		t.Fatalf("encode gave %d bodies, want 1", len(b))
 	}
 	return string(b[0])
 }
@@ -299,11 +286,13 @@ func (f *fixture) settle(ev events.SQSEvent, resp events.SQSEventResponse) {
 
 // row is one events row as the tests look at it.
 type row struct {
+	Sequence int64
 	FilledBy string
 	XMin     string
 	Real     bool
 }
 
+// rows are the events rows of seqs that exist, by sequence.
 func (f *fixture) rows(seqs []int64) map[int64]row {
 	f.t.Helper()
 	rs, err := f.db.Pool.Query(context.Background(),
@@ -311,17 +300,13 @@ func (f *fixture) rows(seqs []int64) map[int64]row {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	out := map[int64]row{}
-	for rs.Next() {
-		var s int64
-		var r row
-		if err := rs.Scan(&s, &r.FilledBy, &r.XMin, &r.Real); err != nil {
-			f.t.Fatal(err)
-		}
-		out[s] = r
-	}
-	if err := rs.Err(); err != nil {
+	list, err := pgx.CollectRows(rs, pgx.RowToStructByPos[row])
+	if err != nil {
 		f.t.Fatal(err)
+	}
+	out := make(map[int64]row, len(list))
+	for _, r := range list {
+		out[r.Sequence] = r
 	}
 	return out
 }
@@ -361,6 +346,25 @@ func failedIDs(resp events.SQSEventResponse) []string {
 	return ids
 }
 
+// wantFailedItems checks the batch's partial response: exactly the
+// messages ids are reported failed (none, when ids is empty).
+func wantFailedItems(t *testing.T, what string, res *compensate.Result, ids ...string) {
+	t.Helper()
+	slices.Sort(ids)
+	if got := failedIDs(res.Response()); !slices.Equal(got, ids) {
+		t.Errorf("%s: failed items %v, want %v; %v", what, got, ids, res)
+	}
+}
+
+// sequences are the sequences of evs, in order.
+func sequences(evs []outbox.Event) []int64 {
+	out := make([]int64, len(evs))
+	for i, e := range evs {
+		out[i] = e.Sequence
+	}
+	return out
+}
+
 // A report for an aborted writer fills its missing sequences at
 // once: one handler call, no grace, no proof.
 func TestAbortedWriterFilledAtOnce(t *testing.T) {
@@ -375,24 +379,29 @@ func TestAbortedWriterFilledAtOnce(t *testing.T) {
 	res := process(f.svc, context.Background(), ev)
 	elapsed := time.Since(started)
 
-	if res.Filled != 3 || res.AlreadyPresent != 0 || len(res.Response().BatchItemFailures) != 0 {
-		t.Fatalf("result %+v, want 3 filled and no failures", res)
+	if res.Filled != 3 {
+		t.Errorf("Filled = %d, want 3", res.Filled)
 	}
+	if res.AlreadyPresent != 0 {
+		t.Errorf("AlreadyPresent = %d, want 0", res.AlreadyPresent)
+	}
+	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(lost)
 	// Faster than any grace: the consumer can read past the gap as soon as
 	// one batch was handled, well inside the fill function's default grace.
 	if elapsed >= fill.DefaultGrace {
-		t.Fatalf("handling took %s, not faster than the fill grace %s", elapsed, fill.DefaultGrace)
+		t.Errorf("handling took %s, not faster than the fill grace %s", elapsed, fill.DefaultGrace)
 	}
 	evs, err := f.outbox().ReadContiguous(context.Background(), 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(evs) != 5 || evs[0].Sequence != before[0] || evs[4].Sequence != after[0] {
-		t.Fatalf("consumer reads %d events, want all 5 through the filled gap", len(evs))
+	want := slices.Concat(before, lost, after)
+	if got := sequences(evs); !slices.Equal(got, want) {
+		t.Errorf("the consumer reads %v, want all of %v through the filled gap", got, want)
 	}
-	if res.FilledRange[0] != lost[0] || res.FilledRange[1] != lost[2] {
-		t.Fatalf("notified range %v, want %d..%d", res.FilledRange, lost[0], lost[2])
+	if want := []int64{lost[0], lost[2]}; !slices.Equal(res.FilledRange, want) {
+		t.Errorf("FilledRange = %v, want %v", res.FilledRange, want)
 	}
 }
 
@@ -449,14 +458,21 @@ func TestFilledRangeNotified(t *testing.T) {
 	// nothing, and the next notification is the sentinel sent after it
 	// (one channel delivers in commit order).
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
-	if res := process(f.svc, ctx, f.receive(1, 10*time.Second)); res.Filled != 0 || res.AlreadyPresent != 4 {
-		t.Fatalf("redelivery: %+v", res)
+	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
+	if res.Filled != 0 {
+		t.Errorf("redelivery: Filled = %d, want 0", res.Filled)
+	}
+	if res.AlreadyPresent != 4 {
+		t.Errorf("redelivery: AlreadyPresent = %d, want 4", res.AlreadyPresent)
 	}
 	if _, err := f.db.Pool.Exec(ctx, `NOTIFY `+pgx.Identifier{f.db.Schema.EventsChannel()}.Sanitize()+`, 'sentinel'`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err = listener.WaitForNotification(wctx); err != nil || n.Payload != "sentinel" {
-		t.Fatalf("after an insert that wrote nothing: notification %+v, %v; want the sentinel", n, err)
+	if n, err = listener.WaitForNotification(wctx); err != nil {
+		t.Fatalf("waiting for the sentinel: %v", err)
+	}
+	if n.Payload != "sentinel" {
+		t.Errorf("after an insert that wrote nothing: notification %q, want the sentinel", n.Payload)
 	}
 }
 
@@ -477,9 +493,13 @@ func TestOpenWriterDeferredThenRolledBackFills(t *testing.T) {
 
 	ev := f.receive(1, 10*time.Second)
 	res := process(f.svc, ctx, ev)
-	if res.Deferred != 1 || res.Filled != 0 || !slices.Equal(failedIDs(res.Response()), []string{ev.Records[0].MessageId}) {
-		t.Fatalf("result %+v, want one deferred failed item", res)
+	if res.Deferred != 1 {
+		t.Errorf("Deferred = %d, want 1", res.Deferred)
 	}
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0 while the writer runs", res.Filled)
+	}
+	wantFailedItems(t, "the deferred batch", res, ev.Records[0].MessageId)
 	f.settle(ev, res.Response())
 	deferredAt := time.Now()
 	if got := receiveNow(t, f); len(got) != 0 {
@@ -493,12 +513,13 @@ func TestOpenWriterDeferredThenRolledBackFills(t *testing.T) {
 		t.Fatalf("redelivered after %s, want about the 2s deferral (queue visibility is 30s)", waited)
 	}
 	if ev.Records[0].Attributes["ApproximateReceiveCount"] != "2" {
-		t.Fatalf("receive count %q, want 2", ev.Records[0].Attributes["ApproximateReceiveCount"])
+		t.Errorf("receive count %q, want 2", ev.Records[0].Attributes["ApproximateReceiveCount"])
 	}
 	res = process(f.svc, ctx, ev)
-	if res.Filled != 2 || len(res.Response().BatchItemFailures) != 0 {
-		t.Fatalf("after rollback: %+v, want 2 filled", res)
+	if res.Filled != 2 {
+		t.Errorf("after rollback: Filled = %d, want 2", res.Filled)
 	}
+	wantFailedItems(t, "after rollback", res)
 	f.requirePlaceholders(seqs)
 }
 
@@ -521,19 +542,23 @@ func TestOpenWriterDeferredThenCommittedKeepsRows(t *testing.T) {
 	f.send(body(t, report.Report{XID: xidOf(t, tx), HasXID: true, Sequences: seqs}))
 	ev := f.receive(1, 10*time.Second)
 	if res := process(f.svc, ctx, ev); res.Deferred != 1 {
-		t.Fatalf("result %+v, want deferred", res)
+		t.Fatalf("Deferred = %d, want 1; %v", res.Deferred, res)
 	}
 	f.settle(ev, events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{{ItemIdentifier: ev.Records[0].MessageId}}})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	if res.Filled != 0 || res.AlreadyPresent != 2 || len(res.Response().BatchItemFailures) != 0 {
-		t.Fatalf("after commit: %+v, want nothing filled, 2 already present", res)
+	if res.Filled != 0 {
+		t.Errorf("after commit: Filled = %d, want 0", res.Filled)
 	}
+	if res.AlreadyPresent != 2 {
+		t.Errorf("after commit: AlreadyPresent = %d, want 2", res.AlreadyPresent)
+	}
+	wantFailedItems(t, "after commit", res)
 	for s, r := range f.rows(seqs) {
 		if !r.Real {
-			t.Fatalf("sequence %d overwritten: %+v", s, r)
+			t.Errorf("sequence %d overwritten: %+v", s, r)
 		}
 	}
 }
@@ -549,20 +574,31 @@ func TestLongWriterDroppedAfterMaxDeferrals(t *testing.T) {
 	f.send(body(t, report.Report{XID: xidOf(t, tx), HasXID: true, Sequences: seqs}))
 
 	ev := f.receive(1, 10*time.Second)
-	if res := process(f.svc, ctx, ev); res.Deferred != 1 || res.Dropped != 0 {
-		t.Fatalf("first receive: %+v, want deferred", res)
+	res := process(f.svc, ctx, ev)
+	if res.Deferred != 1 {
+		t.Errorf("first receive: Deferred = %d, want 1", res.Deferred)
+	}
+	if res.Dropped != 0 {
+		t.Errorf("first receive: Dropped = %d, want 0", res.Dropped)
 	}
 	ev = f.receive(1, 10*time.Second) // visible again at once (defer 0s)
-	res := process(f.svc, ctx, ev)
-	if res.Dropped != 1 || res.Deferred != 0 || len(res.Response().BatchItemFailures) != 0 || res.Failed != 0 {
-		t.Fatalf("second receive: %+v, want dropped and handled", res)
+	res = process(f.svc, ctx, ev)
+	if res.Dropped != 1 {
+		t.Errorf("second receive: Dropped = %d, want 1", res.Dropped)
 	}
+	if res.Deferred != 0 {
+		t.Errorf("second receive: Deferred = %d, want 0", res.Deferred)
+	}
+	if res.Failed != 0 {
+		t.Errorf("second receive: Failed = %d, want 0 (a drop is handled)", res.Failed)
+	}
+	wantFailedItems(t, "second receive", res)
 	f.settle(ev, res.Response())
 	if !strings.Contains(f.logs.String(), "the fill function will prove and fill") {
-		t.Fatalf("no log line about the drop: %s", f.logs)
+		t.Errorf("no log line about the drop: %s", f.logs)
 	}
 	if got := sqstest.Drain(t, f.sqs, f.dlq, 1, 1500*time.Millisecond); len(got) != 0 {
-		t.Fatalf("dropped report reached the DLQ: %v", got)
+		t.Errorf("dropped report reached the DLQ: %v", got)
 	}
 	f.requireMissing(seqs)
 }
@@ -587,13 +623,20 @@ func TestCommittedSequencesUnchanged(t *testing.T) {
 	before := f.rows(seqs)
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	if res.Filled != 0 || res.AlreadyPresent != 3 || len(res.Response().BatchItemFailures) != 0 {
-		t.Fatalf("result %+v, want nothing written", res)
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0", res.Filled)
 	}
+	if res.AlreadyPresent != 3 {
+		t.Errorf("AlreadyPresent = %d, want 3", res.AlreadyPresent)
+	}
+	wantFailedItems(t, "the batch", res)
 	after := f.rows(seqs)
 	for _, s := range seqs {
-		if before[s] != after[s] || !after[s].Real {
-			t.Fatalf("sequence %d changed: %+v -> %+v", s, before[s], after[s])
+		if before[s] != after[s] {
+			t.Errorf("sequence %d changed: %+v -> %+v", s, before[s], after[s])
+		}
+		if !after[s].Real {
+			t.Errorf("sequence %d: %+v, want the committed event", s, after[s])
 		}
 	}
 }
@@ -630,9 +673,16 @@ func TestBadInputToDLQ(t *testing.T) {
 	}
 	ev := f.receive(len(bad)+1, 10*time.Second)
 	res := process(f.svc, ctx, ev)
-	if res.Filled != 2 || res.Invalid != len(bad) || len(res.Response().BatchItemFailures) != 0 || res.Failed != 0 {
-		t.Fatalf("result %+v, want the good report filled and %d invalid handled", res, len(bad))
+	if res.Filled != 2 {
+		t.Errorf("Filled = %d, want the good report's 2", res.Filled)
 	}
+	if res.Invalid != len(bad) {
+		t.Errorf("Invalid = %d, want %d", res.Invalid, len(bad))
+	}
+	if res.Failed != 0 {
+		t.Errorf("Failed = %d, want 0: bad input sent to the DLQ is handled", res.Failed)
+	}
+	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(good)
 
 	got := sqstest.Drain(t, f.sqs, f.dlq, len(bad), 10*time.Second)
@@ -676,11 +726,18 @@ func TestBadInputWithoutDLQIsFailedItem(t *testing.T) {
 			badID = m.MessageId
 		}
 	}
-	if res.Filled != 1 || res.Invalid != 1 || res.Failed != 1 || !slices.Equal(failedIDs(res.Response()), []string{badID}) {
-		t.Fatalf("result %+v, want the bad one alone failed", res)
+	if res.Filled != 1 {
+		t.Errorf("Filled = %d, want the good report's 1", res.Filled)
 	}
+	if res.Invalid != 1 {
+		t.Errorf("Invalid = %d, want 1", res.Invalid)
+	}
+	if res.Failed != 1 {
+		t.Errorf("Failed = %d, want 1", res.Failed)
+	}
+	wantFailedItems(t, "the batch", res, badID)
 	if !strings.Contains(f.logs.String(), "no COMPENSATE_DLQ_URL") {
-		t.Fatalf("no log line for the undeliverable bad input: %s", f.logs)
+		t.Errorf("no log line for the undeliverable bad input: %s", f.logs)
 	}
 }
 
@@ -694,8 +751,15 @@ func TestDLQSendFailureIsFailedItem(t *testing.T) {
 	f.send(`garbage`)
 	ev := f.receive(1, 10*time.Second)
 	res := process(svc, context.Background(), ev)
-	if res.Failed != 1 || len(res.Response().BatchItemFailures) != 1 || !strings.Contains(res.Messages[0].Reason, "DLQ send failed") {
-		t.Fatalf("result %+v, want a failed item naming the DLQ failure", res)
+	if res.Failed != 1 {
+		t.Errorf("Failed = %d, want 1", res.Failed)
+	}
+	wantFailedItems(t, "the batch", res, ev.Records[0].MessageId)
+	if len(res.Messages) != 1 {
+		t.Fatalf("%d messages in the result, want 1; %v", len(res.Messages), res)
+	}
+	if reason := res.Messages[0].Reason; !strings.Contains(reason, "DLQ send failed") {
+		t.Errorf("reason %q, want it to name the DLQ failure", reason)
 	}
 }
 
@@ -708,10 +772,17 @@ func TestDuplicateDeliveryFillsOnce(t *testing.T) {
 	ev := f.receive(1, 10*time.Second)
 	first := process(f.svc, context.Background(), ev)
 	second := process(f.svc, context.Background(), ev)
-	if first.Filled != 3 || second.Filled != 0 || second.AlreadyPresent != 3 ||
-		len(first.Response().BatchItemFailures)+len(second.Response().BatchItemFailures) != 0 {
-		t.Fatalf("first %+v second %+v", first, second)
+	if first.Filled != 3 {
+		t.Errorf("first delivery: Filled = %d, want 3", first.Filled)
 	}
+	wantFailedItems(t, "first delivery", first)
+	if second.Filled != 0 {
+		t.Errorf("second delivery: Filled = %d, want 0", second.Filled)
+	}
+	if second.AlreadyPresent != 3 {
+		t.Errorf("second delivery: AlreadyPresent = %d, want 3", second.AlreadyPresent)
+	}
+	wantFailedItems(t, "second delivery", second)
 }
 
 // Handlers processing overlapping reports at the same time fill
@@ -752,8 +823,9 @@ func TestConcurrentOverlappingHandlers(t *testing.T) {
 	wg.Wait()
 	total := 0
 	for i, r := range results {
-		if len(r.Response().BatchItemFailures) != 0 || r.Error != "" {
-			t.Fatalf("handler %d: %+v", i, r)
+		wantFailedItems(t, fmt.Sprintf("handler %d", i), r)
+		if r.Error != "" {
+			t.Errorf("handler %d: error %q, want none", i, r.Error)
 		}
 		total += r.Filled
 	}
@@ -794,11 +866,12 @@ func TestBatchIsOneInsert(t *testing.T) {
 		})
 	}
 	res := process(f.svc, context.Background(), ev)
-	if res.Filled != 1000 || len(res.Response().BatchItemFailures) != 0 {
-		t.Fatalf("result %+v, want 1000 filled", res)
+	if res.Filled != 1000 {
+		t.Errorf("Filled = %d, want 1000", res.Filled)
 	}
+	wantFailedItems(t, "the batch", res)
 	if res.Statements != 2 {
-		t.Fatalf("%d statements, want 2 (check, one insert that notifies)", res.Statements)
+		t.Errorf("Statements = %d, want 2 (check, one insert that notifies)", res.Statements)
 	}
 	f.requirePlaceholders(all)
 }
@@ -824,8 +897,15 @@ func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
 	t.Cleanup(down.Close)
 	ev := f.receive(2, 10*time.Second)
 	res := process(f.service(down), ctx, ev)
-	if res.Failed != 2 || len(res.Response().BatchItemFailures) != 2 || res.Retries != 2 || res.Statements != 3 {
-		t.Fatalf("result %+v, want both failed after a try and 2 retries", res)
+	if res.Failed != 2 {
+		t.Errorf("Failed = %d, want both messages", res.Failed)
+	}
+	wantFailedItems(t, "database down", res, ev.Records[0].MessageId, ev.Records[1].MessageId)
+	if res.Retries != 2 {
+		t.Errorf("Retries = %d, want 2", res.Retries)
+	}
+	if res.Statements != 3 {
+		t.Errorf("Statements = %d, want 3 (a try and 2 retries)", res.Statements)
 	}
 	f.settle(ev, res.Response())
 	f.requireMissing(append(slices.Clone(first), second...))
@@ -834,17 +914,17 @@ func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
 	ev = f.receive(2, 10*time.Second)
 	for _, m := range ev.Records {
 		if m.Attributes["ApproximateReceiveCount"] != "2" {
-			t.Fatalf("message %s receive count %q, want a redelivery", m.MessageId, m.Attributes["ApproximateReceiveCount"])
+			t.Errorf("message %s receive count %q, want a redelivery", m.MessageId, m.Attributes["ApproximateReceiveCount"])
 		}
 	}
 	res = process(f.svc, ctx, ev)
-	if res.Filled != 5 || len(res.Response().BatchItemFailures) != 0 {
-		t.Fatalf("after recovery: %+v, want 5 filled", res)
+	if res.Filled != 5 {
+		t.Errorf("after recovery: Filled = %d, want 5", res.Filled)
 	}
+	wantFailedItems(t, "after recovery", res)
 	f.requirePlaceholders(append(first, second...))
 }
 
-// unusedPort is a local port with nothing listening.
 // COMPENSATE_RETRY_ATTEMPTS counts retries after the first try (§5:
 // "retried N times"): 0 tries once.
 func TestZeroRetriesTriesOnce(t *testing.T) {
@@ -857,11 +937,18 @@ func TestZeroRetriesTriesOnce(t *testing.T) {
 	}
 	t.Cleanup(down.Close)
 	res := process(f.service(down), context.Background(), f.receive(1, 10*time.Second))
-	if res.Failed != 1 || res.Retries != 0 || res.Statements != 1 {
-		t.Fatalf("result %+v, want one failed try and no retry", res)
+	if res.Failed != 1 {
+		t.Errorf("Failed = %d, want 1", res.Failed)
+	}
+	if res.Retries != 0 {
+		t.Errorf("Retries = %d, want 0", res.Retries)
+	}
+	if res.Statements != 1 {
+		t.Errorf("Statements = %d, want the one try", res.Statements)
 	}
 }
 
+// unusedPort is a local port with nothing listening.
 func unusedPort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -900,9 +987,10 @@ func TestDroppedConnectionReopened(t *testing.T) {
 		ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", EventSourceARN: f.srcARN,
 			Body: body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs})}}}
 		res := process(svc, ctx, ev)
-		if res.Filled != 2 || len(res.Response().BatchItemFailures) != 0 {
-			t.Fatalf("round %d: %+v", round, res)
+		if res.Filled != 2 {
+			t.Fatalf("round %d: Filled = %d, want 2; %v", round, res.Filled, res)
 		}
+		wantFailedItems(t, fmt.Sprintf("round %d", round), res)
 		t.Logf("round %d: %d retries", round, res.Retries)
 		if killed := f.db.KillSessions(t, app); killed != 1 {
 			t.Fatalf("terminated %d of the handler's connections, want its one", killed)
@@ -938,13 +1026,14 @@ func TestSavepointRollbackInCommittedTx(t *testing.T) {
 	}
 	ev := f.receive(1, 10*time.Second) // InTx reported the savepoint's sequences
 	res := process(f.svc, ctx, ev)
-	if res.Filled != 2 || len(res.Response().BatchItemFailures) != 0 {
-		t.Fatalf("result %+v, want the 2 rolled-back sequences filled", res)
+	if res.Filled != 2 {
+		t.Errorf("Filled = %d, want the 2 rolled-back sequences", res.Filled)
 	}
+	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(lost)
 	for s, r := range f.rows(kept) {
 		if !r.Real {
-			t.Fatalf("committed sequence %d touched: %+v", s, r)
+			t.Errorf("committed sequence %d touched: %+v", s, r)
 		}
 	}
 	// The same committed xid naming a committed sequence too: only the
@@ -957,13 +1046,16 @@ func TestSavepointRollbackInCommittedTx(t *testing.T) {
 	slices.Sort(rep.Sequences)
 	ev.Records[0].Body = body(t, rep)
 	res = process(f.svc, ctx, ev)
-	if res.Filled != 0 || res.AlreadyPresent != 4 {
-		t.Fatalf("widened report: %+v, want nothing written", res)
+	if res.Filled != 0 {
+		t.Errorf("widened report: Filled = %d, want 0", res.Filled)
+	}
+	if res.AlreadyPresent != 4 {
+		t.Errorf("widened report: AlreadyPresent = %d, want 4", res.AlreadyPresent)
 	}
 }
 
 // Construction refuses a bad configuration, naming the field.
-func TestNewValidates(t *testing.T) {
+func TestNewRefusesABadConfigurationNamingTheField(t *testing.T) {
 	t.Parallel()
 	db, client := new(pgxpool.Pool), &sqs.Client{}
 	if _, err := compensate.New(db, compensate.Config{}, compensate.Options{SQS: client}); err != nil {
@@ -1007,12 +1099,19 @@ func TestFutureXIDOneEpochAboveRunningWriterIsBadInput(t *testing.T) {
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	ev := f.receive(1, 10*time.Second)
 	res := process(f.svc, ctx, ev)
-	if res.Invalid != 1 || res.Deferred != 0 || len(res.Response().BatchItemFailures) != 0 {
-		t.Fatalf("result %+v, want the report refused as bad input", res)
+	if res.Invalid != 1 {
+		t.Errorf("Invalid = %d, want the report refused as bad input", res.Invalid)
 	}
+	if res.Deferred != 0 {
+		t.Errorf("Deferred = %d, want 0", res.Deferred)
+	}
+	wantFailedItems(t, "the batch", res)
 	got := sqstest.Drain(t, f.sqs, f.dlq, 1, 10*time.Second)
-	if len(got) != 1 || !strings.Contains(aws.ToString(got[0].MessageAttributes["error"].StringValue), "in the future") {
-		t.Fatalf("DLQ got %+v, want one message refused as in the future", got)
+	if len(got) != 1 {
+		t.Fatalf("DLQ holds %d messages, want 1: %+v", len(got), got)
+	}
+	if reason := aws.ToString(got[0].MessageAttributes["error"].StringValue); !strings.Contains(reason, "in the future") {
+		t.Errorf("DLQ reason %q, want it refused as in the future", reason)
 	}
 	f.requireMissing(seqs)
 }
@@ -1028,11 +1127,15 @@ func TestReportWithoutXIDIsOwnerTrusted(t *testing.T) {
 	_, burned := f.abandoned(2)
 	f.send(body(t, report.Report{Sequences: append(slices.Clone(burned), kept...)}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	if res.Filled != 2 || res.AlreadyPresent != 1 || len(res.Response().BatchItemFailures) != 0 {
-		t.Fatalf("result %+v, want the 2 burned sequences filled and the committed one left", res)
+	if res.Filled != 2 {
+		t.Errorf("Filled = %d, want the 2 burned sequences", res.Filled)
 	}
+	if res.AlreadyPresent != 1 {
+		t.Errorf("AlreadyPresent = %d, want the committed one", res.AlreadyPresent)
+	}
+	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(burned)
 	if r := f.rows(kept)[kept[0]]; !r.Real {
-		t.Fatalf("committed sequence %d overwritten: %+v", kept[0], r)
+		t.Errorf("committed sequence %d overwritten: %+v", kept[0], r)
 	}
 }

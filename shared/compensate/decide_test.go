@@ -7,7 +7,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
-func TestDecide(t *testing.T) {
+func TestDecideByTheWriterStatusAndTheHead(t *testing.T) {
 	t.Parallel()
 	check := Check{Head: 100, XMax: 500, Status: map[uint64]string{
 		10: StatusCommitted, 11: StatusAborted, 12: StatusInProgress, 13: StatusTooOld, 600: StatusFuture, 501: StatusInProgress,
@@ -38,8 +38,11 @@ func TestDecide(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got, reason := Decide(c.r, c.receives, check, 3)
-			if got != c.want || !strings.Contains(reason, c.reason) {
-				t.Fatalf("Decide = %v %q, want %v containing %q", got, reason, c.want, c.reason)
+			if got != c.want {
+				t.Errorf("Decide = %v (%q), want %v", got, reason, c.want)
+			}
+			if !strings.Contains(reason, c.reason) {
+				t.Errorf("Decide's reason %q, want it to contain %q", reason, c.reason)
 			}
 			if (got == Filled) != (reason == "") {
 				t.Fatalf("a reason is given exactly when the outcome is not Filled: %v %q", got, reason)

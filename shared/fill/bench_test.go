@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,8 +76,11 @@ func BenchmarkFillScatteredGaps(b *testing.B) {
 		started(b, db)
 		top := burst(b, db, n, 10)
 		res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
-		if res.Watermark != top || res.Filled != n/10 {
-			b.Fatalf("pass: %v", res)
+		if res.Watermark != top {
+			b.Fatalf("Watermark = %d, want %d; %v", res.Watermark, top, res)
+		}
+		if res.Filled != n/10 {
+			b.Fatalf("Filled = %d, want %d; %v", res.Filled, n/10, res)
 		}
 		took := time.Duration(res.DurationMS) * time.Millisecond
 		passS = append(passS, took.Seconds())
@@ -107,7 +111,7 @@ func BenchmarkFillLiveGap(b *testing.B) {
 			res, _ := s.RunOnce(ctx)
 			done <- res
 		}()
-		if err := waitForState(db, `lease_owner IS NOT NULL AND started`); err != nil {
+		if err := waitForState(db, holdsLease+` AND started`); err != nil {
 			b.Fatal(err)
 		}
 		from := head(b, db)
@@ -126,7 +130,7 @@ func BenchmarkFillLiveGap(b *testing.B) {
 			b.Fatal(err)
 		}
 		if res.Filled != gap {
-			b.Fatalf("filled %d, want %d: %v", res.Filled, gap, res)
+			b.Fatalf("Filled = %d, want %d; %v", res.Filled, gap, res)
 		}
 		closeS = append(closeS, last.Sub(appeared).Seconds())
 		writeS = append(writeS, float64(res.FillMS)/1000)
@@ -201,7 +205,7 @@ func BenchmarkFillWatching(b *testing.B) {
 			catchUp := templateConfig(true)
 			catchUp.PageSize = 100_000
 			if res := runPass(b, newService(b, db.Pool, catchUp, Options{})); res.Watermark != n {
-				b.Fatalf("catch-up pass: %v", res)
+				b.Fatalf("catch-up pass: Watermark = %d, want %d; %v", res.Watermark, n, res)
 			}
 			var stmts, dbNS []float64
 			for range b.N {
@@ -209,15 +213,28 @@ func BenchmarkFillWatching(b *testing.B) {
 				cfg.PassBudget = 5 * time.Second
 				t := &timed{db: db.Pool}
 				s := newService(b, t, cfg, Options{})
+				// Writers committing between ticks. They run beside the
+				// pass, so they report an error instead of failing the
+				// benchmark from their goroutine, and are waited for
+				// before the next round.
 				ctx, cancel := context.WithCancel(context.Background())
-				go func() { // writers committing between ticks
+				var writers sync.WaitGroup
+				var writeErr atomic.Value
+				writers.Go(func() {
 					for ctx.Err() == nil {
-						commit(b, db, 5)
+						if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish_batch('t', array_fill('{"real":true}'::jsonb, ARRAY[5]))`); err != nil && ctx.Err() == nil {
+							writeErr.Store(err)
+							return
+						}
 						time.Sleep(cfg.Tick / 2)
 					}
-				}()
+				})
 				res := runPass(b, s)
 				cancel()
+				writers.Wait()
+				if err, _ := writeErr.Load().(error); err != nil {
+					b.Fatalf("writer: %v", err)
+				}
 				stmts = append(stmts, float64(res.Statements)/float64(res.Ticks))
 				dbNS = append(dbNS, float64(t.ns.Load())/float64(res.Ticks))
 			}

@@ -12,7 +12,7 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 
 func u64(v uint64) *uint64 { return &v }
 
-func TestInitialWatermark(t *testing.T) {
+func TestInitialWatermarkStartsAtZeroUnlessHistoryWasPruned(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name         string
@@ -30,13 +30,16 @@ func TestInitialWatermark(t *testing.T) {
 	}
 	for _, c := range cases {
 		w, ok := initialWatermark(c.lowest, c.head, c.page)
-		if w != c.wantW || ok != c.wantAnchored {
-			t.Errorf("%s: got %d %v, want %d %v", c.name, w, ok, c.wantW, c.wantAnchored)
+		if w != c.wantW {
+			t.Errorf("%s: watermark = %d, want %d", c.name, w, c.wantW)
+		}
+		if ok != c.wantAnchored {
+			t.Errorf("%s: anchored = %v, want %v", c.name, ok, c.wantAnchored)
 		}
 	}
 }
 
-func TestAdvance(t *testing.T) {
+func TestAdvanceStopsBelowTheFirstMissingSequence(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		w     int64
@@ -51,8 +54,11 @@ func TestAdvance(t *testing.T) {
 	}
 	for _, c := range cases {
 		w, rest := advance(c.w, c.page)
-		if w != c.wantW || !slices.Equal(rest, c.rest) {
-			t.Errorf("advance(%d, %v) = %d %v, want %d %v", c.w, c.page, w, rest, c.wantW, c.rest)
+		if w != c.wantW {
+			t.Errorf("advance(%d, %v): watermark = %d, want %d", c.w, c.page, w, c.wantW)
+		}
+		if !slices.Equal(rest, c.rest) {
+			t.Errorf("advance(%d, %v): rest = %v, want %v", c.w, c.page, rest, c.rest)
 		}
 	}
 }
@@ -83,7 +89,7 @@ func TestDecideCycleKeepsAMarkedCycleUpToItsHead(t *testing.T) {
 		t.Fatal("stall at 15 below the marker head 20: want the same cycle")
 	}
 	if c.Marker == nil || *c.Marker != 99 {
-		t.Errorf("marker = %v, want the cycle's 99 kept", c.Marker)
+		t.Errorf("Marker = %s, want the cycle's 99 kept", show(c.Marker))
 	}
 	if !c.FirstSeenAt.Equal(t0) {
 		t.Errorf("FirstSeenAt = %v, want the cycle's %v (grace paid once)", c.FirstSeenAt, t0)
@@ -163,7 +169,7 @@ func TestHeadLogForgetsButStillDatesOldSequences(t *testing.T) {
 	}
 }
 
-func TestGraceDue(t *testing.T) {
+func TestGraceDueAfterTheFirstSightingExceptForHistoricalGaps(t *testing.T) {
 	t.Parallel()
 	c := Cycle{From: 1, FirstSeenAt: t0}
 	if got := graceDue(c, 2*time.Second); !got.Equal(t0.Add(2 * time.Second)) {
@@ -178,7 +184,7 @@ func TestGraceDue(t *testing.T) {
 	}
 }
 
-func TestMarkerHead(t *testing.T) {
+func TestMarkerHeadIsTheHeadJustReadCappedForHistoricalCycles(t *testing.T) {
 	t.Parallel()
 	if got := markerHead(Cycle{}, 50, 80); got != 80 {
 		t.Errorf("live cycle: %d, want the head just read, 80", got)
@@ -253,12 +259,12 @@ func TestGapCursorReadsAPageOncePerPageOfPresentRows(t *testing.T) {
 	}
 }
 
-func TestStallAge(t *testing.T) {
+func TestStallAgeCountsFromTheFirstSighting(t *testing.T) {
 	t.Parallel()
-	if stallAge(nil, t0) != 0 {
-		t.Error("no cycle: 0")
+	if got := stallAge(nil, t0); got != 0 {
+		t.Errorf("no cycle: stallAge = %v, want 0", got)
 	}
 	if got := stallAge(&Cycle{FirstSeenAt: t0}, t0.Add(3*time.Second)); got != 3*time.Second {
-		t.Errorf("got %v", got)
+		t.Errorf("first seen 3s ago: stallAge = %v, want 3s", got)
 	}
 }

@@ -34,36 +34,59 @@ import (
 func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	started(t, db)
-	gap, _ := burn(t, db, 1)
-	commit(t, db, 1)
+	gap := stallBehindRollback(t, db)
 
 	clk := &clock{}
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = 10*time.Second, time.Second
 	s := newService(t, db.Pool, cfg, Options{Now: clk.Now})
 
+	// Inside the grace.
 	res := runPass(t, s)
-	if waiting(res) != WaitingGrace || res.Filled != 0 || res.StalledAt == nil || *res.StalledAt != gap {
-		t.Fatalf("inside the grace: want waiting=grace, nothing filled, stalled_at=%d; got %+v", gap, res)
+	wantWaiting(t, res, WaitingGrace)
+	if res.Filled != 0 {
+		t.Errorf("inside the grace: Filled = %d, want 0", res.Filled)
+	}
+	if res.StalledAt == nil || *res.StalledAt != gap {
+		t.Errorf("inside the grace: StalledAt = %s, want %d", show(res.StalledAt), gap)
 	}
 	if _, ok := rows(t, db)[gap]; ok {
 		t.Fatal("a placeholder was written before the grace ended")
 	}
+	if res.Cycle == nil {
+		t.Fatalf("inside the grace: Cycle = null, want the stall's cycle; %v", res)
+	}
 	firstSeen := res.Cycle.FirstSeenAt
 
-	clk.Advance(5 * time.Second) // still inside: counted from the first pass
-	if res := runPass(t, s); waiting(res) != WaitingGrace || res.Filled != 0 || !res.Cycle.FirstSeenAt.Equal(firstSeen) {
-		t.Fatalf("5s later: want still grace from the same first_seen_at; got %+v", res)
-	}
+	// 5s later, still inside: the grace counts from the first pass.
 	clk.Advance(5 * time.Second)
 	res = runPass(t, s)
-	if res.Waiting != nil || res.Filled != 1 || res.Watermark != 3 || res.StalledAt != nil || res.Cycle != nil {
-		t.Fatalf("after the grace: want the gap filled and caught up; got %+v", res)
+	wantWaiting(t, res, WaitingGrace)
+	if res.Filled != 0 {
+		t.Errorf("5s later: Filled = %d, want 0", res.Filled)
 	}
-	r, ok := rows(t, db)[gap]
-	if !isPlaceholder(r, ok) {
-		t.Fatalf("sequence %d: want a fill placeholder, got %+v", gap, r)
+	if res.Cycle == nil || !res.Cycle.FirstSeenAt.Equal(firstSeen) {
+		t.Errorf("5s later: Cycle = %+v, want first_seen_at %s kept from the first pass", res.Cycle, firstSeen)
+	}
+
+	// After the grace.
+	clk.Advance(5 * time.Second)
+	res = runPass(t, s)
+	wantCaughtUp(t, res)
+	if res.Filled != 1 {
+		t.Errorf("after the grace: Filled = %d, want 1", res.Filled)
+	}
+	if res.Watermark != 3 {
+		t.Errorf("after the grace: Watermark = %d, want 3", res.Watermark)
+	}
+	if res.StalledAt != nil {
+		t.Errorf("after the grace: StalledAt = %d, want null", *res.StalledAt)
+	}
+	if res.Cycle != nil {
+		t.Errorf("after the grace: Cycle = %+v, want null", res.Cycle)
+	}
+	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
+		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
 	}
 }
 
@@ -71,22 +94,25 @@ func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 func TestGraceWaitedOutInsideThePass(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	started(t, db)
-	gap, _ := burn(t, db, 1)
-	commit(t, db, 1)
+	gap := stallBehindRollback(t, db)
 
 	cfg := testConfig()
 	cfg.Grace = 400 * time.Millisecond
 	begin := time.Now()
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.Waiting != nil || res.Filled != 1 || res.Watermark != 3 {
-		t.Fatalf("want the gap filled by the same pass; got %+v", res)
+	took := time.Since(begin)
+	wantCaughtUp(t, res)
+	if res.Filled != 1 {
+		t.Errorf("Filled = %d, want the gap filled by the same pass", res.Filled)
 	}
-	if took := time.Since(begin); took < cfg.Grace {
-		t.Fatalf("filled after %s, before the %s grace", took, cfg.Grace)
+	if res.Watermark != 3 {
+		t.Errorf("Watermark = %d, want 3", res.Watermark)
+	}
+	if took < cfg.Grace {
+		t.Errorf("filled after %s, before the %s grace", took, cfg.Grace)
 	}
 	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Fatalf("sequence %d: %+v", gap, r)
+		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
 	}
 }
 
@@ -95,22 +121,25 @@ func TestGraceWaitedOutInsideThePass(t *testing.T) {
 func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
-	started(t, db)
-	w := openWriter(t, db)
-	late := w.publish()
-	commit(t, db, 1)
+	w, late := stallBehindOpenWriter(t, db)
 
 	cfg := testConfig()
 	cfg.Grace = 2 * time.Second
-	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
-	awaitState(t, db, `cycle_first_seen_at IS NOT NULL`) // the pass saw the stall
+	await := startPassUntil(t, db, newService(t, db.Pool, cfg, Options{}), sawStall)
 	w.commit()
 	res := await()
-	if res.Waiting != nil || res.Filled != 0 || res.Watermark != 3 || res.MarkersTaken != 0 {
-		t.Fatalf("want caught up without a marker or a write; got %+v", res)
+	wantCaughtUp(t, res)
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0", res.Filled)
+	}
+	if res.Watermark != 3 {
+		t.Errorf("Watermark = %d, want 3", res.Watermark)
+	}
+	if res.MarkersTaken != 0 {
+		t.Errorf("MarkersTaken = %d, want 0: the stall resolved inside its grace", res.MarkersTaken)
 	}
 	if r, ok := rows(t, db)[late]; !isReal(r, ok) {
-		t.Fatalf("sequence %d: want the real event, got %+v", late, r)
+		t.Errorf("sequence %d: %+v, want the real event", late, r)
 	}
 }
 
@@ -119,26 +148,40 @@ func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
-	started(t, db)
-	w := openWriter(t, db)
-	gap := w.publish()
-	commit(t, db, 1)
+	w, gap := stallBehindOpenWriter(t, db)
 
 	cfg := testConfig()
 	cfg.PassBudget = time.Second
 	s := newService(t, db.Pool, cfg, Options{})
 	res := runPass(t, s)
-	if waiting(res) != WaitingProof || res.Filled != 0 || res.StalledAt == nil || *res.StalledAt != gap {
-		t.Fatalf("want waiting=proof, nothing filled, stalled on %d; got %+v", gap, res)
+	wantWaiting(t, res, WaitingProof)
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0 while the writer runs", res.Filled)
 	}
-	if len(res.BlockedBy) == 0 || res.BlockedBy[0].PID != w.pid {
-		t.Fatalf("blocked_by must name the writer (pid %d) first; got %+v", w.pid, res.BlockedBy)
+	if res.StalledAt == nil || *res.StalledAt != gap {
+		t.Errorf("StalledAt = %s, want %d", show(res.StalledAt), gap)
 	}
-	if b := res.BlockedBy[0]; b.BackendXID == "" || b.State == "" || b.XactAgeSeconds == nil {
-		t.Fatalf("blocker lacks state/xid/age: %+v", b)
+	if len(res.BlockedBy) == 0 {
+		t.Fatalf("BlockedBy is empty, want the writer (pid %d) first", w.pid)
 	}
-	if res.ProofBlockedSeconds < 0 || res.Cycle == nil || res.Cycle.Marker == nil {
-		t.Fatalf("want the marker kept in the cycle; got %+v", res)
+	b := res.BlockedBy[0]
+	if b.PID != w.pid {
+		t.Errorf("BlockedBy[0].PID = %d, want the writer's %d; %+v", b.PID, w.pid, res.BlockedBy)
+	}
+	if b.BackendXID == "" {
+		t.Errorf("BlockedBy[0].BackendXID is empty, want the writer's xid: %+v", b)
+	}
+	if b.State == "" {
+		t.Errorf("BlockedBy[0].State is empty, want the writer's state: %+v", b)
+	}
+	if b.XactAgeSeconds == nil {
+		t.Errorf("BlockedBy[0].XactAgeSeconds = null, want the writer's age: %+v", b)
+	}
+	if res.ProofBlockedSeconds < 0 {
+		t.Errorf("ProofBlockedSeconds = %v, want >= 0", res.ProofBlockedSeconds)
+	}
+	if res.Cycle == nil || res.Cycle.Marker == nil {
+		t.Fatalf("Cycle = %+v, want a cycle keeping its marker", res.Cycle)
 	}
 	marker := *res.Cycle.Marker
 	if _, ok := rows(t, db)[gap]; ok {
@@ -146,25 +189,39 @@ func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 	}
 	out, _ := json.Marshal(res)
 	if !strings.Contains(string(out), fmt.Sprintf(`"pid":%d`, w.pid)) {
-		t.Fatalf("response JSON does not name the writer: %s", out)
+		t.Errorf("response JSON does not name the writer: %s", out)
 	}
 
 	// Still blocked: same marker (one per cycle, not per retry).
 	res = runPass(t, s)
-	if waiting(res) != WaitingProof || res.MarkersTaken != 0 || *res.Cycle.Marker != marker || res.ProofBlockedSeconds <= 0 {
-		t.Fatalf("second blocked pass: want the same marker %d, no new one, blocked time growing; got %+v", marker, res)
+	wantWaiting(t, res, WaitingProof)
+	if res.MarkersTaken != 0 {
+		t.Errorf("second blocked pass: MarkersTaken = %d, want 0 (the cycle keeps its marker)", res.MarkersTaken)
+	}
+	if res.Cycle == nil || res.Cycle.Marker == nil || *res.Cycle.Marker != marker {
+		t.Errorf("second blocked pass: Cycle = %+v, want the same marker %d", res.Cycle, marker)
+	}
+	if res.ProofBlockedSeconds <= 0 {
+		t.Errorf("second blocked pass: ProofBlockedSeconds = %v, want it growing above 0", res.ProofBlockedSeconds)
 	}
 	if res.ForeignMarkers != 0 {
-		t.Fatalf("a legitimate blocked marker was taken for a foreign one: %+v", res)
+		t.Errorf("second blocked pass: ForeignMarkers = %d, want 0: a legitimate blocked marker was taken for a foreign one", res.ForeignMarkers)
 	}
 
 	w.rollback()
 	res = runPass(t, s)
-	if res.Waiting != nil || res.Filled != 1 || res.MarkersTaken != 0 || res.ProofBlockedSeconds != 0 {
-		t.Fatalf("after rollback: want the gap filled on the kept marker; got %+v", res)
+	wantCaughtUp(t, res)
+	if res.Filled != 1 {
+		t.Errorf("after rollback: Filled = %d, want 1", res.Filled)
+	}
+	if res.MarkersTaken != 0 {
+		t.Errorf("after rollback: MarkersTaken = %d, want 0: the gap filled on the kept marker", res.MarkersTaken)
+	}
+	if res.ProofBlockedSeconds != 0 {
+		t.Errorf("after rollback: ProofBlockedSeconds = %v, want 0", res.ProofBlockedSeconds)
 	}
 	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Fatalf("sequence %d: %+v", gap, r)
+		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
 	}
 }
 
@@ -174,23 +231,26 @@ func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 func TestOpenWriterCommitsDuringProof(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
-	started(t, db)
-	w := openWriter(t, db)
-	seq := w.publish()
-	commit(t, db, 1)
+	w, seq := stallBehindOpenWriter(t, db)
 
 	cfg := testConfig()
 	cfg.Grace = NoGrace
 	cfg.PassBudget = 5 * time.Second
-	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
-	awaitState(t, db, `cycle_marker IS NOT NULL`) // the pass has its marker and polls
+	await := startPassUntil(t, db, newService(t, db.Pool, cfg, Options{}), pollsProof)
 	w.commit()
 	res := await()
-	if res.Waiting != nil || res.Filled != 0 || res.Watermark != 3 || res.MarkersTaken != 1 {
-		t.Fatalf("want caught up with nothing written; got %+v", res)
+	wantCaughtUp(t, res)
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0", res.Filled)
+	}
+	if res.Watermark != 3 {
+		t.Errorf("Watermark = %d, want 3", res.Watermark)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("MarkersTaken = %d, want 1", res.MarkersTaken)
 	}
 	if r, ok := rows(t, db)[seq]; !isReal(r, ok) {
-		t.Fatalf("sequence %d: want the committed event, got %+v", seq, r)
+		t.Errorf("sequence %d: %+v, want the committed event", seq, r)
 	}
 }
 
@@ -208,17 +268,25 @@ func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 	cfg.BatchLimit, cfg.Grace, cfg.PassBudget = 2, 10*time.Second, time.Second
 	rec := &recorder{Q: db.Pool}
 	s := newService(t, rec, cfg, Options{Now: clk.Now})
-	if res := runPass(t, s); waiting(res) != WaitingGrace {
-		t.Fatalf("want grace; got %+v", res)
-	}
+	wantWaiting(t, runPass(t, s), WaitingGrace)
 	clk.Advance(cfg.Grace)
 	rec.reset()
 	res := runPass(t, s)
-	if res.Waiting != nil || res.Filled != 5 || res.Watermark != top || *res.FilledMin != first || *res.FilledMax != last {
-		t.Fatalf("want all 5 filled in this pass, no second grace; got %+v", res)
+	wantCaughtUp(t, res) // no second grace
+	if res.Filled != 5 {
+		t.Errorf("Filled = %d, want all 5 in this pass", res.Filled)
+	}
+	if res.Watermark != top {
+		t.Errorf("Watermark = %d, want %d", res.Watermark, top)
+	}
+	if res.FilledMin == nil || *res.FilledMin != first {
+		t.Errorf("FilledMin = %s, want %d", show(res.FilledMin), first)
+	}
+	if res.FilledMax == nil || *res.FilledMax != last {
+		t.Errorf("FilledMax = %s, want %d", show(res.FilledMax), last)
 	}
 	if inserts := rec.count("INSERT INTO"); inserts != 3 {
-		t.Fatalf("want 3 inserts of at most 2; got %d", inserts)
+		t.Errorf("inserts = %d, want 3 of at most 2", inserts)
 	}
 }
 
@@ -227,28 +295,33 @@ func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 func TestStallAboveMarkerHeadStartsNextCycle(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
-	started(t, db) // 1
-	w := openWriter(t, db)
-	w.publish()      // 2, open
-	commit(t, db, 1) // 3
+	w, _ := stallBehindOpenWriter(t, db)
 
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = NoGrace, time.Second
 	s := newService(t, db.Pool, cfg, Options{})
 	res := runPass(t, s)
-	if waiting(res) != WaitingProof || res.Cycle == nil || *res.Cycle.MarkerHead != 3 {
-		t.Fatalf("want a cycle from 1 with marker head 3, blocked; got %+v", res)
+	wantWaiting(t, res, WaitingProof)
+	if res.Cycle == nil || res.Cycle.MarkerHead == nil || *res.Cycle.MarkerHead != 3 {
+		t.Errorf("Cycle = %+v, want a cycle with marker head 3", res.Cycle)
 	}
 	w.commit()
 	gap, _ := burn(t, db, 1) // 4, allocated after the marker: above its head 3
 	commit(t, db, 1)         // 5
 
 	res = runPass(t, s)
-	if res.Waiting != nil || res.Filled != 1 || res.Watermark != 5 || res.MarkersTaken != 1 {
-		t.Fatalf("want the next cycle with a fresh marker filling %d; got %+v", gap, res)
+	wantCaughtUp(t, res)
+	if res.Filled != 1 {
+		t.Errorf("next cycle: Filled = %d, want 1 (sequence %d)", res.Filled, gap)
+	}
+	if res.Watermark != 5 {
+		t.Errorf("next cycle: Watermark = %d, want 5", res.Watermark)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("next cycle: MarkersTaken = %d, want a fresh marker", res.MarkersTaken)
 	}
 	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Fatalf("sequence %d: %+v", gap, r)
+		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
 	}
 }
 
@@ -263,21 +336,28 @@ func TestBurnedTailFilled(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace = NoGrace
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.Waiting != nil || res.Filled != 3 || res.Watermark != last || res.Head != last {
-		t.Fatalf("want the tail %d..%d filled; got %+v", first, last, res)
+	wantCaughtUp(t, res)
+	if res.Filled != 3 {
+		t.Errorf("Filled = %d, want the tail %d..%d", res.Filled, first, last)
+	}
+	if res.Watermark != last {
+		t.Errorf("Watermark = %d, want %d", res.Watermark, last)
+	}
+	if res.Head != last {
+		t.Errorf("Head = %d, want %d", res.Head, last)
 	}
 	got := rows(t, db)
 	for s := first; s <= last; s++ {
 		if r, ok := got[s]; !isPlaceholder(r, ok) {
-			t.Fatalf("sequence %d: %+v", s, r)
+			t.Errorf("sequence %d: %+v, want a fill placeholder", s, r)
 		}
 	}
 	if len(got) != int(last) {
-		t.Fatalf("rows above the head %d: %v", last, got)
+		t.Errorf("rows above the head %d: %v", last, got)
 	}
 	// The next writer's sequence was never taken by a placeholder.
 	if next := commit(t, db, 1); next != last+1 {
-		t.Fatalf("next publish got %d", next)
+		t.Errorf("next publish got %d, want %d", next, last+1)
 	}
 }
 
@@ -298,7 +378,7 @@ func TestFilledRangeNotifiedPerInsert(t *testing.T) {
 	cfg.Grace, cfg.BatchLimit = NoGrace, 2
 	s := newService(t, db.Pool, cfg, Options{})
 	if res := runPass(t, s); res.Filled != 5 {
-		t.Fatalf("want %d..%d filled; got %+v", first, last, res)
+		t.Fatalf("Filled = %d, want %d..%d; %v", res.Filled, first, last, res)
 	}
 	next := func() string {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -319,7 +399,7 @@ func TestFilledRangeNotifiedPerInsert(t *testing.T) {
 	// Nothing left to write: the next notification is the sentinel sent
 	// after the pass (one channel delivers in commit order).
 	if res := runPass(t, s); res.Filled != 0 {
-		t.Fatalf("second pass: %+v", res)
+		t.Fatalf("second pass: Filled = %d, want 0; %v", res.Filled, res)
 	}
 	exec(t, db.Pool, `NOTIFY `+channel+`, 'sentinel'`)
 	if got := next(); got != "sentinel" {
@@ -338,13 +418,20 @@ func TestHistoricalGapsNeedNoGrace(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace = time.Hour
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.Waiting != nil || res.Filled != 5 || res.Watermark != 8 || res.MarkersTaken != 1 {
-		t.Fatalf("want 3..5 and 7..8 filled at once with one marker; got %+v", res)
+	wantCaughtUp(t, res)
+	if res.Filled != 5 {
+		t.Errorf("Filled = %d, want 3..5 and 7..8 at once", res.Filled)
+	}
+	if res.Watermark != 8 {
+		t.Errorf("Watermark = %d, want 8", res.Watermark)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("MarkersTaken = %d, want one marker for all historical gaps", res.MarkersTaken)
 	}
 	got := rows(t, db)
 	for _, s := range []int64{3, 4, 5, 7, 8} {
 		if r, ok := got[s]; !isPlaceholder(r, ok) {
-			t.Fatalf("sequence %d: %+v", s, r)
+			t.Errorf("sequence %d: %+v, want a fill placeholder", s, r)
 		}
 	}
 }
@@ -359,8 +446,11 @@ func TestYoungOutboxFillsFromTheStart(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace = time.Hour
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.Filled != 2 || res.Watermark != 3 {
-		t.Fatalf("want 1..2 filled as historical gaps; got %+v", res)
+	if res.Filled != 2 {
+		t.Errorf("Filled = %d, want 1..2 filled as historical gaps", res.Filled)
+	}
+	if res.Watermark != 3 {
+		t.Errorf("Watermark = %d, want 3", res.Watermark)
 	}
 }
 
@@ -384,8 +474,16 @@ func TestRuleHistoricalFillCappedAtFirstHead(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = time.Hour, time.Second
 	s := newService(t, db.Pool, cfg, Options{})
-	if res := runPass(t, s); waiting(res) != WaitingProof || !res.Historical || res.MarkersTaken != 1 || res.Head != 3 {
-		t.Fatalf("first run: want the historical proof blocked; got %+v", res)
+	res := runPass(t, s)
+	wantWaiting(t, res, WaitingProof)
+	if !res.Historical {
+		t.Errorf("first run: Historical = false, want the historical proof; %v", res)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("first run: MarkersTaken = %d, want 1", res.MarkersTaken)
+	}
+	if res.Head != 3 {
+		t.Errorf("first run: Head = %d, want 3", res.Head)
 	}
 
 	late := openWriter(t, db) // xid newer than the historical marker
@@ -393,16 +491,23 @@ func TestRuleHistoricalFillCappedAtFirstHead(t *testing.T) {
 	commit(t, db, 1)          // 5: the head a later pass reads
 	old.rollback()
 
-	res := runPass(t, s)
-	if res.Filled != 1 || res.Watermark != historical+1 || res.Head != 5 || waiting(res) != WaitingGrace {
-		t.Fatalf("want only %d filled, then the live stall at %d in its grace; got %+v", historical, seq, res)
+	res = runPass(t, s)
+	if res.Filled != 1 {
+		t.Errorf("Filled = %d, want only the historical gap %d", res.Filled, historical)
 	}
+	if res.Watermark != historical+1 {
+		t.Errorf("Watermark = %d, want %d", res.Watermark, historical+1)
+	}
+	if res.Head != 5 {
+		t.Errorf("Head = %d, want 5", res.Head)
+	}
+	wantWaiting(t, res, WaitingGrace) // the live stall at seq, in its grace
 	got := rows(t, db)
 	if r, ok := got[historical]; !isPlaceholder(r, ok) {
-		t.Fatalf("historical gap %d: %+v", historical, r)
+		t.Errorf("historical gap %d: %+v, want a fill placeholder", historical, r)
 	}
 	if r, ok := got[seq]; ok {
-		t.Fatalf("sequence %d of a writer still open was filled: %+v", seq, r)
+		t.Errorf("sequence %d of a writer still open was filled: %+v", seq, r)
 	}
 	late.rollback()
 }
@@ -417,11 +522,14 @@ func TestPrunedHistoryIsNotRefilled(t *testing.T) {
 	cfg := testConfig()
 	cfg.PageSize = 2
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.Filled != 0 || res.Watermark != 6 {
-		t.Fatalf("want nothing filled and the watermark at 6; got %+v", res)
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0", res.Filled)
+	}
+	if res.Watermark != 6 {
+		t.Errorf("Watermark = %d, want 6", res.Watermark)
 	}
 	if got := rows(t, db); len(got) != 3 {
-		t.Fatalf("rows = %v, want only 4..6", got)
+		t.Errorf("rows = %v, want only 4..6", got)
 	}
 }
 
@@ -437,18 +545,32 @@ func TestCommittedRowsUntouched(t *testing.T) {
 	before := rows(t, db)
 
 	res := runPass(t, newService(t, db.Pool, testConfig(), Options{}))
-	if res.Waiting != nil || res.Filled != 10 || res.Watermark != 21 {
-		t.Fatalf("got %+v", res)
+	wantCaughtUp(t, res)
+	if res.Filled != 10 {
+		t.Errorf("Filled = %d, want 10", res.Filled)
+	}
+	if res.Watermark != 21 {
+		t.Errorf("Watermark = %d, want 21", res.Watermark)
 	}
 	after := rows(t, db)
 	for s, b := range before {
-		a := after[s]
-		if *a.Payload != *b.Payload || a.Xmin != b.Xmin || a.FilledBy != nil {
-			t.Fatalf("committed row %d changed: before %+v after %+v", s, b, a)
+		a, ok := after[s]
+		if !ok {
+			t.Errorf("committed row %d is gone", s)
+			continue
+		}
+		if *a.Payload != *b.Payload {
+			t.Errorf("committed row %d: payload %s, was %s", s, *a.Payload, *b.Payload)
+		}
+		if a.Xmin != b.Xmin {
+			t.Errorf("committed row %d: xmin %s, was %s (rewritten)", s, a.Xmin, b.Xmin)
+		}
+		if a.FilledBy != nil {
+			t.Errorf("committed row %d: filled_by %s, want null", s, *a.FilledBy)
 		}
 	}
 	if len(after) != 21 {
-		t.Fatalf("want 21 rows, got %d", len(after))
+		t.Errorf("%d rows, want 21", len(after))
 	}
 }
 
@@ -477,7 +599,7 @@ func TestConcurrentPassesLease(t *testing.T) {
 			defer cancel()
 			res, err := s.RunOnce(ctx)
 			if err != nil {
-				t.Error(err)
+				t.Errorf("pass %d: %v", i, err)
 			}
 			results[i] = res
 		}()
@@ -485,9 +607,9 @@ func TestConcurrentPassesLease(t *testing.T) {
 	wg.Wait()
 	var filled int64
 	workers := 0
-	for _, r := range results {
+	for i, r := range results {
 		if r == nil {
-			t.FailNow()
+			t.Fatalf("pass %d returned no result", i)
 		}
 		filled += r.Filled
 		// A lease loser never read the head: its zero lag must not reach
@@ -497,27 +619,39 @@ func TestConcurrentPassesLease(t *testing.T) {
 		case WaitingLease:
 			// At once: its one statement is the lease attempt, and it
 			// did not sit out the grace the worker waits for.
-			if r.Statements != 1 || time.Duration(r.DurationMS)*time.Millisecond >= cfg.Grace {
-				t.Fatalf("a lease loser must return at once: %+v", r)
+			if r.Statements != 1 {
+				t.Errorf("lease loser %d: Statements = %d, want 1 (the lease attempt); %v", i, r.Statements, r)
+			}
+			if took := time.Duration(r.DurationMS) * time.Millisecond; took >= cfg.Grace {
+				t.Errorf("lease loser %d took %s, want it to return at once, before the %s grace", i, took, cfg.Grace)
 			}
 			if emitsLag {
-				t.Fatalf("a lease loser emits a Lag metric: %+v", r)
+				t.Errorf("lease loser %d emits a Lag metric: %v", i, r)
 			}
 		case "":
 			workers++
-			if !emitsLag || r.Head != 8 {
-				t.Fatalf("the worker must emit its lag, head 8: %+v", r)
+			if !emitsLag {
+				t.Errorf("worker %d emits no Lag metric: %v", i, r)
+			}
+			if r.Head != 8 {
+				t.Errorf("worker %d: Head = %d, want 8", i, r.Head)
 			}
 		default:
-			t.Fatalf("unexpected: %+v", r)
+			t.Errorf("pass %d: Waiting = %q, want lease or caught up; %v", i, waiting(r), r)
 		}
 	}
-	if workers != 1 || filled != 5 {
-		t.Fatalf("want one worker filling 5; got %d workers, %d filled: %+v", workers, filled, results)
+	if workers != 1 {
+		t.Errorf("%d passes worked, want one; %v", workers, results)
+	}
+	if filled != 5 {
+		t.Errorf("the passes filled %d in all, want 5", filled)
 	}
 	var n int
-	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox.events WHERE filled_by = 'fill'`).Scan(&n); err != nil || n != 5 {
-		t.Fatalf("placeholders: %d %v", n, err)
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox.events WHERE filled_by = 'fill'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 5 {
+		t.Errorf("%d fill placeholders, want 5", n)
 	}
 }
 
@@ -528,13 +662,13 @@ func TestExpiredLeaseIsTaken(t *testing.T) {
 	started(t, db)
 	exec(t, db.Pool, `UPDATE outbox.fill_state SET lease_owner = 'crashed', lease_expires_at = now() + interval '1 hour'`)
 	s := newService(t, db.Pool, testConfig(), Options{})
-	if res := runPass(t, s); waiting(res) != WaitingLease || res.Watermark != 1 {
-		t.Fatalf("live lease: want lease with the watermark reported; got %+v", res)
+	res := runPass(t, s)
+	wantWaiting(t, res, WaitingLease)
+	if res.Watermark != 1 {
+		t.Errorf("live lease: Watermark = %d, want 1 (reported while waiting on the lease)", res.Watermark)
 	}
 	exec(t, db.Pool, `UPDATE outbox.fill_state SET lease_expires_at = now() - interval '1 second'`)
-	if res := runPass(t, s); res.Waiting != nil {
-		t.Fatalf("expired lease: want a working pass; got %+v", res)
-	}
+	wantCaughtUp(t, runPass(t, s)) // the expired lease is taken
 }
 
 // The context cancelled mid-pass: the next pass finishes correctly,
@@ -542,9 +676,7 @@ func TestExpiredLeaseIsTaken(t *testing.T) {
 func TestCancelledMidPassNextContinues(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	started(t, db)
-	gap, _ := burn(t, db, 1)
-	commit(t, db, 1)
+	gap := stallBehindRollback(t, db)
 
 	cfg := testConfig()
 	cfg.Grace = 2 * time.Second
@@ -554,28 +686,31 @@ func TestCancelledMidPassNextContinues(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer cancel()
-		if err := waitForState(db, `cycle_first_seen_at IS NOT NULL`); err != nil {
+		if err := waitForState(db, sawStall); err != nil {
 			t.Error(err)
 		}
 	}()
 	res, err := s.RunOnce(ctx)
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("want the cancellation; got %v %+v", err, res)
+		t.Fatalf("RunOnce = %v, %v; want the cancellation", res, err)
 	}
-	var owner *string
 	var firstSeen time.Time
-	if err := db.Pool.QueryRow(context.Background(), `SELECT lease_owner, cycle_first_seen_at FROM outbox.fill_state`).Scan(&owner, &firstSeen); err != nil {
+	if err := db.Pool.QueryRow(context.Background(), `SELECT cycle_first_seen_at FROM outbox.fill_state`).Scan(&firstSeen); err != nil {
 		t.Fatal(err)
 	}
-	if owner != nil {
-		t.Fatal("the cancelled pass kept the lease")
+	if owner := leaseOwner(t, db); owner != nil {
+		t.Errorf("lease_owner = %q, want released by the cancelled pass", *owner)
 	}
 	res = runPass(t, s)
-	if res.Waiting != nil || res.Filled != 1 || res.Watermark != 3 {
-		t.Fatalf("next pass: %+v", res)
+	wantCaughtUp(t, res)
+	if res.Filled != 1 {
+		t.Errorf("next pass: Filled = %d, want 1", res.Filled)
+	}
+	if res.Watermark != 3 {
+		t.Errorf("next pass: Watermark = %d, want 3", res.Watermark)
 	}
 	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Fatalf("sequence %d: %+v", gap, r)
+		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
 	}
 	// The next pass waited only the rest of the grace, from the persisted first sighting.
 	var recorded time.Time
@@ -583,7 +718,7 @@ func TestCancelledMidPassNextContinues(t *testing.T) {
 		t.Fatal(err)
 	}
 	if recorded.Before(firstSeen.Add(cfg.Grace)) {
-		t.Fatalf("filled at %s, before first sighting %s + grace", recorded, firstSeen)
+		t.Errorf("filled at %s, before first sighting %s + grace", recorded, firstSeen)
 	}
 }
 
@@ -605,17 +740,21 @@ func TestLargeHealthyTableFewStatements(t *testing.T) {
 	catchUp := testConfig()
 	catchUp.PageSize = 100_000
 	if res := runPass(t, newService(t, db.Pool, catchUp, Options{})); res.Watermark != n {
-		t.Fatalf("catch-up pass: %+v", res)
+		t.Fatalf("catch-up pass: Watermark = %d, want %d; %v", res.Watermark, n, res)
 	}
 	last := commit(t, db, 1000)
 
 	res := runPass(t, newService(t, db.Pool, testConfig(), Options{}))
-	if res.Waiting != nil || res.Watermark != last || res.Filled != 0 {
-		t.Fatalf("got %+v", res)
+	wantCaughtUp(t, res)
+	if res.Watermark != last {
+		t.Errorf("Watermark = %d, want %d", res.Watermark, last)
+	}
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0", res.Filled)
 	}
 	// lease+state, head, one page of 1,000, save+release.
 	if res.Statements > 6 {
-		t.Fatalf("a healthy pass over %d rows took %d statements, want <= 6", n, res.Statements)
+		t.Errorf("a healthy pass over %d rows took %d statements, want <= 6", n, res.Statements)
 	}
 	t.Logf("healthy pass over %d rows + 1000 new: %d statements, %d ms", n, res.Statements, res.DurationMS)
 }
@@ -629,9 +768,7 @@ func TestLargeHealthyTableFewStatements(t *testing.T) {
 func TestRuleMarkerAfterHead(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
-	started(t, db)
-	gap, _ := burn(t, db, 1) // 2
-	commit(t, db, 1)         // 3
+	gap := stallBehindRollback(t, db)
 
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = NoGrace, time.Second
@@ -651,23 +788,28 @@ func TestRuleMarkerAfterHead(t *testing.T) {
 	if _, ok := rows(t, db)[late]; ok {
 		t.Fatalf("sequence %d, allocated by an open writer between head read and marker, was filled", late)
 	}
-	if waiting(res) != WaitingProof || res.Filled != 0 {
-		t.Fatalf("want the proof blocked by the writer; got %+v", res)
+	wantWaiting(t, res, WaitingProof) // blocked by the writer
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0 while the writer runs", res.Filled)
 	}
 	if err := w.insert(late); err != nil {
 		t.Fatalf("the writer's own insert of %d failed: %v", late, err)
 	}
 	w.commit()
 	res = runPass(t, s)
-	if res.Waiting != nil || res.Filled != 1 || res.Watermark != late {
-		t.Fatalf("after the writer: %+v", res)
+	wantCaughtUp(t, res)
+	if res.Filled != 1 {
+		t.Errorf("after the writer: Filled = %d, want 1", res.Filled)
+	}
+	if res.Watermark != late {
+		t.Errorf("after the writer: Watermark = %d, want %d", res.Watermark, late)
 	}
 	got := rows(t, db)
 	if r, ok := got[gap]; !isPlaceholder(r, ok) {
-		t.Fatalf("sequence %d: %+v", gap, r)
+		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
 	}
 	if r, ok := got[late]; !isReal(r, ok) {
-		t.Fatalf("sequence %d: %+v", late, r)
+		t.Errorf("sequence %d: %+v, want the writer's event", late, r)
 	}
 }
 
@@ -676,32 +818,24 @@ func TestRuleMarkerAfterHead(t *testing.T) {
 func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	started(t, db)
-	burn(t, db, 1)
-	commit(t, db, 1)
+	stallBehindRollback(t, db)
 	rec := &recorder{Q: db.Pool}
 	cfg := testConfig()
 	cfg.Grace = NoGrace
 	if res := runPass(t, newService(t, rec, cfg, Options{})); res.Filled != 1 {
-		t.Fatalf("got %+v", res)
+		t.Fatalf("Filled = %d, want 1; %v", res.Filled, res)
 	}
 	stmts := rec.statements()
-	marker := -1
-	for i := range stmts {
-		if assignsMarker(stmts[i]) {
-			marker = i
-			break
-		}
-	}
+	marker := slices.IndexFunc(stmts, assignsMarker)
 	if marker < 1 {
-		t.Fatalf("no marker statement in %q", stmts)
+		t.Fatalf("no marker statement after a first statement in %q", stmts)
 	}
 	if strings.Contains(stmts[marker], "allocation_head") {
-		t.Fatalf("the marker statement also reads the head: %s", stmts[marker])
+		t.Errorf("the marker statement also reads the head: %s", stmts[marker])
 	}
 	// The head the marker pairs with is the statement just before it...
 	if !strings.Contains(stmts[marker-1], "allocation_head") {
-		t.Fatalf("the statement before the marker is not a head read: %s", stmts[marker-1])
+		t.Errorf("the statement before the marker is not a head read: %s", stmts[marker-1])
 	}
 	// ...and no head is read after it before the proof uses it.
 	for _, q := range stmts[marker+1:] {
@@ -709,7 +843,7 @@ func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 			break
 		}
 		if strings.Contains(q, "allocation_head") {
-			t.Fatalf("a head read after the marker: %s", q)
+			t.Errorf("a head read after the marker: %s", q)
 		}
 	}
 }
@@ -719,19 +853,17 @@ func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
-	started(t, db)
-	w := openWriter(t, db)
-	held := w.allocate() // xid, then the sequence; the row comes later
-	commit(t, db, 1)
+	w, held := stallBehindAllocatingWriter(t, db)
 
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = NoGrace, 1500*time.Millisecond
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.Filled != 0 || waiting(res) != WaitingProof {
-		t.Fatalf("want no fill while the writer runs; got %+v", res)
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0 while the writer runs", res.Filled)
 	}
+	wantWaiting(t, res, WaitingProof)
 	if _, ok := rows(t, db)[held]; ok {
-		t.Fatalf("sequence %d filled under an open writer", held)
+		t.Errorf("sequence %d filled under an open writer", held)
 	}
 	if err := w.insert(held); err != nil {
 		t.Fatalf("the writer's insert failed: %v", err)
@@ -746,28 +878,32 @@ func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
 func TestRuleNeverOverwriteNeverAboveHead(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	started(t, db)
-	burn(t, db, 1)   // 2
-	commit(t, db, 1) // 3
-	burn(t, db, 2)   // 4, 5: the tail
+	stallBehindRollback(t, db) // 1, gap 2, 3
+	burn(t, db, 2)             // 4, 5: the tail
 	before := rows(t, db)
 
 	cfg := testConfig()
 	cfg.Grace = NoGrace
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.Filled != 3 || res.Watermark != 5 {
-		t.Fatalf("got %+v", res)
+	if res.Filled != 3 {
+		t.Errorf("Filled = %d, want 3", res.Filled)
 	}
-	after := rows(t, db)
-	if a, b := after[3], before[3]; *a.Payload != *b.Payload || a.Xmin != b.Xmin {
-		t.Fatalf("row 3 changed: %+v -> %+v", b, a)
+	if res.Watermark != 5 {
+		t.Errorf("Watermark = %d, want 5", res.Watermark)
+	}
+	a, b := rows(t, db)[3], before[3]
+	if *a.Payload != *b.Payload {
+		t.Errorf("row 3: payload %s, was %s", *a.Payload, *b.Payload)
+	}
+	if a.Xmin != b.Xmin {
+		t.Errorf("row 3: xmin %s, was %s (rewritten)", a.Xmin, b.Xmin)
 	}
 	var maxSeq int64
 	if err := db.Pool.QueryRow(context.Background(), `SELECT max(sequence) FROM outbox.events`).Scan(&maxSeq); err != nil {
 		t.Fatal(err)
 	}
 	if h := head(t, db); maxSeq != h {
-		t.Fatalf("a row above the head %d: max %d", h, maxSeq)
+		t.Errorf("a row above the head %d: max %d", h, maxSeq)
 	}
 }
 
@@ -801,7 +937,7 @@ func TestRuleNeverOverwriteARowWrittenAfterThePageRead(t *testing.T) {
 	}
 	r := rows(t, db)[first]
 	if r.FilledBy == nil || *r.FilledBy != "compensate" {
-		t.Errorf("sequence %d: filled_by %v, want compensate's placeholder kept", first, r.FilledBy)
+		t.Errorf("sequence %d: filled_by %s, want compensate's placeholder kept", first, show(r.FilledBy))
 	}
 	if r.Xmin != theirs {
 		t.Errorf("sequence %d: xmin %s, want %s: the fill wrote over the concurrent row", first, r.Xmin, theirs)
@@ -819,13 +955,26 @@ func TestEmptyTableWaitsForFirstRow(t *testing.T) {
 	cfg.PageSize = 2
 	s := newService(t, db.Pool, cfg, Options{})
 	res := runPass(t, s)
-	if res.Started || res.Filled != 0 || res.Waiting != nil || res.Head != 3 {
-		t.Fatalf("got %+v", res)
+	if res.Started {
+		t.Errorf("nothing to anchor on: Started = true, want false; %v", res)
+	}
+	if res.Filled != 0 {
+		t.Errorf("nothing to anchor on: Filled = %d, want 0", res.Filled)
+	}
+	wantCaughtUp(t, res)
+	if res.Head != 3 {
+		t.Errorf("nothing to anchor on: Head = %d, want 3", res.Head)
 	}
 	commit(t, db, 1) // 4: the anchor; 1..3 lie below it
 	res = runPass(t, s)
-	if !res.Started || res.Filled != 0 || res.Watermark != 4 {
-		t.Fatalf("got %+v", res)
+	if !res.Started {
+		t.Errorf("anchored: Started = false, want true; %v", res)
+	}
+	if res.Filled != 0 {
+		t.Errorf("anchored: Filled = %d, want 0 (1..3 lie below the anchor)", res.Filled)
+	}
+	if res.Watermark != 4 {
+		t.Errorf("anchored: Watermark = %d, want 4", res.Watermark)
 	}
 }
 
@@ -869,23 +1018,22 @@ func TestBlockedByNamesPreparedTransaction(t *testing.T) {
 	cfg.PassBudget = time.Second
 	s := newService(t, db.Pool, cfg, Options{})
 	res := runPass(t, s)
-	if res.Filled != 0 || waiting(res) != "proof" {
-		t.Fatalf("want the proof blocked and nothing filled; got %+v", res)
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0 while the prepared transaction is unresolved", res.Filled)
 	}
-	named := false
-	for _, b := range res.BlockedBy {
-		if b.PID == 0 && strings.Contains(b.State, gid) {
-			named = true
-		}
-	}
+	wantWaiting(t, res, WaitingProof)
+	named := slices.ContainsFunc(res.BlockedBy, func(b Blocker) bool { return b.PID == 0 && strings.Contains(b.State, gid) })
 	if !named {
-		t.Fatalf("blocked_by %+v does not name prepared transaction %s", res.BlockedBy, gid)
+		t.Errorf("blocked_by %+v does not name prepared transaction %s", res.BlockedBy, gid)
 	}
 
 	exec(t, db.Pool, `ROLLBACK PREPARED '`+gid+`'`)
 	resolved = true
 	res = runPass(t, s)
-	if res.Filled != 1 || res.Watermark != 3 {
-		t.Fatalf("after ROLLBACK PREPARED: %+v", res)
+	if res.Filled != 1 {
+		t.Errorf("after ROLLBACK PREPARED: Filled = %d, want 1", res.Filled)
+	}
+	if res.Watermark != 3 {
+		t.Errorf("after ROLLBACK PREPARED: Watermark = %d, want 3", res.Watermark)
 	}
 }

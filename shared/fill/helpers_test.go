@@ -181,30 +181,28 @@ func (w *writer) rollback() {
 
 // row is one events row as tests compare it.
 type row struct {
+	Sequence int64
 	Topic    *string
 	Payload  *string
 	FilledBy *string
 	Xmin     string
 }
 
+// rows is every events row, by sequence.
 func rows(t testing.TB, db *testdb.DB) map[int64]row {
 	t.Helper()
-	r, err := db.Pool.Query(context.Background(),
+	rs, err := db.Pool.Query(context.Background(),
 		`SELECT sequence, topic, payload::text, filled_by, xmin::text FROM outbox.events ORDER BY sequence`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[int64]row{}
-	for r.Next() {
-		var s int64
-		var v row
-		if err := r.Scan(&s, &v.Topic, &v.Payload, &v.FilledBy, &v.Xmin); err != nil {
-			t.Fatal(err)
-		}
-		out[s] = v
-	}
-	if err := r.Err(); err != nil {
+	list, err := pgx.CollectRows(rs, pgx.RowToStructByPos[row])
+	if err != nil {
 		t.Fatal(err)
+	}
+	out := make(map[int64]row, len(list))
+	for _, r := range list {
+		out[r.Sequence] = r
 	}
 	return out
 }
@@ -227,12 +225,79 @@ func started(t testing.TB, db *testdb.DB) {
 	t.Helper()
 	commit(t, db, 1)
 	res := runPass(t, newService(t, db.Pool, testConfig(), Options{}))
-	if !res.Started || res.Watermark != 1 {
-		t.Fatalf("first pass: %+v", res)
+	if !res.Started {
+		t.Fatalf("first pass: Started = false, want true; %v", res)
+	}
+	if res.Watermark != 1 {
+		t.Fatalf("first pass: Watermark = %d, want 1; %v", res.Watermark, res)
 	}
 }
 
+// The stall scenes most tests start from: a started outbox (sequence 1,
+// committed and passed over), a stall at sequence 2 and one committed event
+// at 3 above it, so the next pass sees a live stall at 2 (a grace applies)
+// with the head at 3. They differ in what became of sequence 2's writer.
+
+// stallBehindRollback: sequence 2's writer rolled back, so the gap is
+// abandoned and is filled once its grace has passed.
+func stallBehindRollback(t testing.TB, db *testdb.DB) (gap int64) {
+	t.Helper()
+	started(t, db)
+	gap, _ = burn(t, db, 1)
+	commit(t, db, 1)
+	return gap
+}
+
+// stallBehindOpenWriter: sequence 2's writer has published it (the row is
+// inserted, uncommitted) and stays open, so no proof passes until it ends.
+// The caller commits or rolls it back.
+func stallBehindOpenWriter(t testing.TB, db *testdb.DB) (w *writer, held int64) {
+	t.Helper()
+	started(t, db)
+	w = openWriter(t, db)
+	held = w.publish()
+	commit(t, db, 1)
+	return w, held
+}
+
+// stallBehindAllocatingWriter: sequence 2's writer has taken its xid and
+// the sequence but not inserted the row yet (between its nextval and its
+// insert, the §3.1 order), and stays open.
+func stallBehindAllocatingWriter(t testing.TB, db *testdb.DB) (w *writer, held int64) {
+	t.Helper()
+	started(t, db)
+	w = openWriter(t, db)
+	held = w.allocate()
+	commit(t, db, 1)
+	return w, held
+}
+
 func waiting(r *Result) string { return r.WaitingFor() }
+
+// wantWaiting checks why the pass ended with work left (one of the
+// Waiting* values).
+func wantWaiting(t testing.TB, res *Result, want string) {
+	t.Helper()
+	if got := res.WaitingFor(); got != want {
+		t.Errorf("Waiting = %q, want %q; %v", got, want, res)
+	}
+}
+
+// wantCaughtUp checks that the pass ended with nothing left to wait for.
+func wantCaughtUp(t testing.TB, res *Result) {
+	t.Helper()
+	if res.Waiting != nil {
+		t.Errorf("Waiting = %q, want null (caught up); %v", *res.Waiting, res)
+	}
+}
+
+// show prints an optional value: nil, or what it points to.
+func show[T any](p *T) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
+}
 
 // recorder is a store.DB that records every statement's SQL, in order.
 // The fill sends each statement in a batch behind its timeout (see
@@ -325,6 +390,28 @@ func runPassInBackground(t testing.TB, s *Service) (await func() *Result) {
 	}
 }
 
+// Points a pass running beside a test reaches, as fill_state shows them:
+// conditions for startPassUntil and waitForState.
+const (
+	// sawStall: the pass recorded the stall and waits out its grace.
+	sawStall = `cycle_first_seen_at IS NOT NULL`
+	// pollsProof: the pass has taken its marker and polls the proof.
+	pollsProof = `cycle_marker IS NOT NULL`
+	// holdsLease: the pass holds the lease (and watches, when not bounded).
+	holdsLease = `lease_owner IS NOT NULL`
+)
+
+// startPassUntil starts a pass in the background and returns once it has
+// reached the point cond describes, with the function that awaits its
+// result: the test acts (commits, rolls back, kills) at a known point of
+// the pass instead of after a guessed sleep.
+func startPassUntil(t testing.TB, db *testdb.DB, s *Service, cond string) (await func() *Result) {
+	t.Helper()
+	await = runPassInBackground(t, s)
+	awaitState(t, db, cond)
+	return await
+}
+
 // waitForState polls fill_state until cond (an SQL boolean over its
 // columns) holds, so a test acts at a known point of a pass running beside
 // it instead of after a guessed sleep. Safe to call from any goroutine.
@@ -351,4 +438,14 @@ func awaitState(t testing.TB, db *testdb.DB, cond string) {
 	if err := waitForState(db, cond); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// leaseOwner is fill_state's lease_owner: nil when no pass holds the lease.
+func leaseOwner(t testing.TB, db *testdb.DB) *string {
+	t.Helper()
+	var owner *string
+	if err := db.Pool.QueryRow(context.Background(), `SELECT lease_owner FROM outbox.fill_state`).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	return owner
 }

@@ -62,8 +62,11 @@ func assertEndedOnBudget(t *testing.T, res *Result, logs string, budget time.Dur
 	if took := time.Duration(res.DurationMS) * time.Millisecond; took > budget+finishAllowance+time.Second {
 		t.Errorf("the pass took %s, want its budget %s and the finish", took, budget)
 	}
-	if !strings.Contains(logs, `"msg":"fill pass"`) || !strings.Contains(logs, `"timed_out"`) {
-		t.Errorf("no pass log line naming the timed-out statement:\n%s", logs)
+	if !strings.Contains(logs, `"msg":"fill pass"`) {
+		t.Errorf("no pass log line:\n%s", logs)
+	}
+	if !strings.Contains(logs, `"timed_out"`) {
+		t.Errorf("no log naming the timed-out statement:\n%s", logs)
 	}
 }
 
@@ -86,12 +89,8 @@ func TestLockedEventsEndThePassOnItsBudget(t *testing.T) {
 	cfg.PassBudget = time.Second
 	res, logs := loggedPass(t, newService(t, db.Pool, cfg, Options{}))
 	assertEndedOnBudget(t, res, logs, cfg.PassBudget)
-	var owner *string
-	if err := db.Pool.QueryRow(context.Background(), `SELECT lease_owner FROM outbox.fill_state`).Scan(&owner); err != nil {
-		t.Fatal(err)
-	}
-	if owner != nil {
-		t.Error("the lease was not given back after the blocked read")
+	if owner := leaseOwner(t, db); owner != nil {
+		t.Errorf("lease_owner = %q, want the lease given back after the blocked read", *owner)
 	}
 }
 
@@ -100,16 +99,12 @@ func TestLockedEventsEndThePassOnItsBudget(t *testing.T) {
 // fills the gap once the writer is gone.
 func TestConnectionKilledMidProofSameInvocationRecovers(t *testing.T) {
 	db := testdb.New(t)
-	started(t, db)
-	w := openWriter(t, db)
-	gapSeq := w.publish()
-	commit(t, db, 1)
+	w, gapSeq := stallBehindOpenWriter(t, db)
 
 	app := "okt-fill-kill-" + db.Name
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = NoGrace, 8*time.Second
-	await := runPassInBackground(t, newService(t, db.NewPool(t, app), cfg, Options{}))
-	awaitState(t, db, `cycle_marker IS NOT NULL`) // the pass has its marker and polls
+	await := startPassUntil(t, db, newService(t, db.NewPool(t, app), cfg, Options{}), pollsProof)
 	if killed := db.KillSessions(t, app); killed == 0 {
 		t.Fatal("found none of the pass's connections to kill")
 	}
@@ -131,7 +126,7 @@ func TestConnectionKilledMidProofSameInvocationRecovers(t *testing.T) {
 		t.Errorf("MarkersTaken = %d, want the one marker kept across the retry", res.MarkersTaken)
 	}
 	if r, ok := rows(t, db)[gapSeq]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v", gapSeq, r)
+		t.Errorf("sequence %d: %+v, want a fill placeholder", gapSeq, r)
 	}
 }
 
@@ -152,8 +147,7 @@ func TestRestartMidPassSameInvocationRecovers(t *testing.T) {
 
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = time.Second, 20*time.Second
-	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
-	awaitState(t, db, `cycle_first_seen_at IS NOT NULL`) // in its grace
+	await := startPassUntil(t, db, newService(t, db.Pool, cfg, Options{}), sawStall)
 	out, err := osexec.Command("bash", filepath.Join(root, "infra", "stack", "pg-restart.sh")).CombinedOutput()
 	var exit *osexec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == 2 {
@@ -175,12 +169,19 @@ func TestRestartMidPassSameInvocationRecovers(t *testing.T) {
 	after := rows(t, db)
 	for s, b := range before {
 		a, ok := after[s]
-		if !ok || a.Xmin != b.Xmin || *a.Payload != *b.Payload {
-			t.Errorf("committed row %d changed across the restart: %+v -> %+v", s, b, a)
+		if !ok {
+			t.Errorf("committed row %d is gone after the restart", s)
+			continue
+		}
+		if a.Xmin != b.Xmin {
+			t.Errorf("committed row %d: xmin %s, was %s before the restart (rewritten)", s, a.Xmin, b.Xmin)
+		}
+		if *a.Payload != *b.Payload {
+			t.Errorf("committed row %d: payload %s, was %s before the restart", s, *a.Payload, *b.Payload)
 		}
 	}
 	if r, ok := after[gapSeq]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v", gapSeq, r)
+		t.Errorf("sequence %d: %+v, want a fill placeholder", gapSeq, r)
 	}
 }
 

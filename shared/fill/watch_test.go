@@ -63,7 +63,7 @@ func fillDelay(t *testing.T, db *testdb.DB, g gap) time.Duration {
 		t.Fatalf("sequence %d: %v", g.seq, err)
 	}
 	if by == nil || *by != "fill" {
-		t.Fatalf("sequence %d: filled_by = %v, want fill", g.seq, by)
+		t.Fatalf("sequence %d: filled_by = %s, want fill", g.seq, show(by))
 	}
 	return recorded.Sub(g.at)
 }
@@ -73,8 +73,7 @@ func TestGapCreatedWhileWatchingIsFilledByThatPass(t *testing.T) {
 	db := testdb.New(t)
 	started(t, db)
 	cfg := watchConfig()
-	await := runPassInBackground(t, newService(t, db.Pool, cfg, Options{}))
-	awaitState(t, db, `lease_owner IS NOT NULL`)
+	await := startPassUntil(t, db, newService(t, db.Pool, cfg, Options{}), holdsLease)
 	time.Sleep(3 * cfg.Tick) // the pass is watching a caught-up table
 	g, err := burnGap(context.Background(), db)
 	if err != nil {
@@ -93,11 +92,7 @@ func TestGapCreatedWhileWatchingIsFilledByThatPass(t *testing.T) {
 	if d := fillDelay(t, db, g); d > latencyBound(cfg) {
 		t.Errorf("filled %s after the rollback, want within grace + tick + 1s = %s", d, latencyBound(cfg))
 	}
-	var owner *string
-	if err := db.Pool.QueryRow(context.Background(), `SELECT lease_owner FROM outbox.fill_state`).Scan(&owner); err != nil {
-		t.Fatal(err)
-	}
-	if owner != nil {
+	if owner := leaseOwner(t, db); owner != nil {
 		t.Errorf("lease_owner = %q after the pass ended, want released", *owner)
 	}
 }
@@ -114,8 +109,7 @@ func TestHandOverBetweenInvocationsLeavesNoGapUnwatched(t *testing.T) {
 	cfg.PassBudget = 4 * time.Second
 	s := newService(t, db.Pool, cfg, Options{})
 
-	first := runPassInBackground(t, s)
-	awaitState(t, db, `lease_owner IS NOT NULL`)
+	first := startPassUntil(t, db, s, holdsLease)
 
 	// A crashed writer every 100 ms, from before the second invocation
 	// until well after it took over.

@@ -85,8 +85,11 @@ func BenchmarkResetStuck(b *testing.B) {
 				t0 := time.Now()
 				res, err := s.RunOnce(ctx)
 				setBased = append(setBased, time.Since(t0))
-				if err != nil || res.Reset != int64(n) {
-					b.Fatalf("set-based: reset %d, %v", res.Reset, err)
+				if err != nil {
+					b.Fatalf("set-based: %v", err)
+				}
+				if res.Reset != int64(n) {
+					b.Fatalf("set-based: Reset = %d, want %d", res.Reset, n)
 				}
 
 				b.StopTimer()
@@ -95,8 +98,11 @@ func BenchmarkResetStuck(b *testing.B) {
 				t0 = time.Now()
 				got, err := perRowBaseline(ctx, db.Pool, time.Minute, n)
 				perRow = append(perRow, time.Since(t0))
-				if err != nil || got != n {
-					b.Fatalf("per-row: reset %d, %v", got, err)
+				if err != nil {
+					b.Fatalf("per-row: %v", err)
+				}
+				if got != n {
+					b.Fatalf("per-row: reset %d, want %d", got, n)
 				}
 			}
 			// Medians: on a shared machine one pass can stall on a

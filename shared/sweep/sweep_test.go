@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,8 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
-// ---- helpers ---------------------------------------------------------------
+// Helpers: a sweep over a fresh real database per test, rows seeded the way
+// the relay leaves them.
 
 func testConfig(mut ...func(*sweep.Config)) sweep.Config {
 	c := sweep.Config{
@@ -136,6 +138,25 @@ type row struct {
 	DeadAt       *time.Time
 }
 
+// wantRow checks a row's state and redeliveries.
+func wantRow(t testing.TB, what string, r row, state string, redeliveries int) {
+	t.Helper()
+	if r.State != state {
+		t.Errorf("%s: state %s, want %s", what, r.State, state)
+	}
+	if r.Redeliveries != redeliveries {
+		t.Errorf("%s: redeliveries %d, want %d", what, r.Redeliveries, redeliveries)
+	}
+}
+
+func deliveryIDs(ds []outbox.Delivery) []int64 {
+	ids := make([]int64, len(ds))
+	for i, d := range ds {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
 func get(t testing.TB, q store.Querier, id int64) row {
 	t.Helper()
 	var r row
@@ -144,6 +165,51 @@ func get(t testing.TB, q store.Querier, id int64) row {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// ownPool is a pool of its own on the test's database, as another Lambda
+// environment (or another relay process) would have.
+func ownPool(t testing.TB, db *testdb.DB) *pgxpool.Pool {
+	t.Helper()
+	return db.NewPool(t, "")
+}
+
+// racingSweeps sets up n sweeps, each on its own pool, in batches of
+// batchLimit rows so that their statements interleave with each other and
+// with whatever else the test runs, all released at once when start is
+// closed. The returned function waits for every sweep and returns their
+// results in order; a sweep that failed fails the test.
+func racingSweeps(t *testing.T, db *testdb.DB, n, batchLimit int, start <-chan struct{}) (wait func() []*sweep.Result) {
+	t.Helper()
+	results := make([]*sweep.Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		s := newSweeper(t, ownPool(t, db), func(c *sweep.Config) { c.BatchLimit = batchLimit })
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = s.RunOnce(context.Background())
+		})
+	}
+	return func() []*sweep.Result {
+		t.Helper()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("sweep %d: %v (partial %v)", i, err, results[i])
+			}
+		}
+		return results
+	}
+}
+
+// resetTotal adds up what the sweeps reset.
+func resetTotal(results []*sweep.Result) int64 {
+	var n int64
+	for _, r := range results {
+		n += r.Reset
+	}
+	return n
 }
 
 // A delivered row past the threshold is reset; a fresh one is not. Rows go
@@ -168,18 +234,26 @@ func TestStuckRowResetFreshRowNot(t *testing.T) {
 	exec(t, db.Pool, `UPDATE outbox.deliveries SET delivered_at = now() - interval '2 minutes' WHERE id = $1`, stuck)
 
 	res := run(t, newSweeper(t, db.Pool))
-	if res.Reset != 1 || res.Dead != 0 {
-		t.Fatalf("reset %d dead %d, want 1 and 0 (%+v)", res.Reset, res.Dead, res)
+	if res.Reset != 1 {
+		t.Errorf("Reset = %d, want 1", res.Reset)
 	}
-	if r := get(t, db.Pool, stuck); r.State != "pending" || r.Redeliveries != 1 || r.DeliveredAt != nil {
-		t.Fatalf("stuck row after sweep: %+v, want pending, redeliveries 1, no delivered_at", r)
+	if res.Dead != 0 {
+		t.Errorf("Dead = %d, want 0", res.Dead)
 	}
-	if r := get(t, db.Pool, fresh); r.State != "delivered" || r.Redeliveries != 0 {
-		t.Fatalf("fresh row after sweep: %+v, want untouched", r)
+	if res.Open != 2 {
+		t.Errorf("Open = %d, want 2", res.Open)
 	}
-	if res.Open != 2 || res.StuckPending != 0 || !res.Woken {
-		t.Fatalf("open %d stuck_pending %d woken %v, want 2, 0, true", res.Open, res.StuckPending, res.Woken)
+	if res.StuckPending != 0 {
+		t.Errorf("StuckPending = %d, want 0", res.StuckPending)
 	}
+	if !res.Woken {
+		t.Error("Woken = false, want true: a row was reset")
+	}
+	wantRow(t, "stuck row after the sweep", get(t, db.Pool, stuck), "pending", 1)
+	if r := get(t, db.Pool, stuck); r.DeliveredAt != nil {
+		t.Errorf("stuck row after the sweep: delivered_at %v, want null", *r.DeliveredAt)
+	}
+	wantRow(t, "fresh row after the sweep", get(t, db.Pool, fresh), "delivered", 0)
 	// The relay can claim the reset row again.
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
@@ -187,8 +261,11 @@ func TestStuckRowResetFreshRowNot(t *testing.T) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
 	claimed, err := ob.ClaimPending(ctx, tx, 10)
-	if err != nil || len(claimed) != 1 || claimed[0].ID != stuck {
-		t.Fatalf("ClaimPending after sweep = %v, %v; want the reset row", claimed, err)
+	if err != nil {
+		t.Fatalf("ClaimPending after the sweep: %v", err)
+	}
+	if ids := deliveryIDs(claimed); !slices.Equal(ids, []int64{stuck}) {
+		t.Errorf("ClaimPending after the sweep claimed %v, want the reset row [%d]", ids, stuck)
 	}
 	invariants(t, db.Pool)
 }
@@ -202,15 +279,22 @@ func TestStuckTimeRunsFromDeliveredAt(t *testing.T) {
 	exec(t, db.Pool, `UPDATE outbox.deliveries SET created_at = now() - interval '3 hours', delivered_at = now() WHERE id = $1`, ids[0])
 
 	res := run(t, newSweeper(t, db.Pool))
-	if res.Reset != 0 || res.Dead != 0 || res.Woken {
-		t.Fatalf("old-but-just-delivered row swept: %+v", res)
+	if res.Reset != 0 {
+		t.Errorf("Reset = %d, want 0: the row was delivered just now", res.Reset)
 	}
-	if r := get(t, db.Pool, ids[0]); r.State != "delivered" || r.Redeliveries != 0 {
-		t.Fatalf("row changed: %+v", r)
+	if res.Dead != 0 {
+		t.Errorf("Dead = %d, want 0", res.Dead)
 	}
+	if res.Woken {
+		t.Error("Woken = true, want false: nothing is stuck")
+	}
+	wantRow(t, "old but just delivered row", get(t, db.Pool, ids[0]), "delivered", 0)
 	// It is open, and its age (by created_at) shows in the gauge.
-	if res.Open != 1 || res.OldestOpenAgeS < 3*3600-60 {
-		t.Fatalf("open %d oldest %.0fs, want 1 and about 3h", res.Open, res.OldestOpenAgeS)
+	if res.Open != 1 {
+		t.Errorf("Open = %d, want 1", res.Open)
+	}
+	if res.OldestOpenAgeS < 3*3600-60 {
+		t.Errorf("OldestOpenAgeS = %.0f, want about 3h (from created_at)", res.OldestOpenAgeS)
 	}
 }
 
@@ -221,22 +305,28 @@ func TestSecondSweepResetsNothing(t *testing.T) {
 	seedDelivered(t, db, 50, time.Hour)
 	s := newSweeper(t, db.Pool)
 	if first := run(t, s); first.Reset != 50 {
-		t.Fatalf("first sweep reset %d, want 50", first.Reset)
+		t.Fatalf("first sweep: Reset = %d, want 50", first.Reset)
 	}
 	second := run(t, s)
-	if second.Reset != 0 || second.Dead != 0 {
-		t.Fatalf("second sweep: %+v, want nothing reset", second)
+	if second.Reset != 0 {
+		t.Errorf("second sweep: Reset = %d, want 0", second.Reset)
+	}
+	if second.Dead != 0 {
+		t.Errorf("second sweep: Dead = %d, want 0", second.Dead)
 	}
 	// The reset rows were created an hour ago, so the second pass sees them
 	// as stuck pending (the relay has not picked them up) and wakes.
-	if second.StuckPending != 50 || !second.Woken {
-		t.Fatalf("second sweep stuck_pending %d woken %v, want 50 and true", second.StuckPending, second.Woken)
+	if second.StuckPending != 50 {
+		t.Errorf("second sweep: StuckPending = %d, want 50", second.StuckPending)
+	}
+	if !second.Woken {
+		t.Error("second sweep: Woken = false, want true (stuck pending rows)")
 	}
 	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries`); n != 50 {
-		t.Fatalf("%d rows, want 50: the sweep must never insert", n)
+		t.Errorf("%d rows, want 50: the sweep must never insert", n)
 	}
 	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 1`); n != 50 {
-		t.Fatalf("%d rows pending with redeliveries 1, want 50", n)
+		t.Errorf("%d rows pending with redeliveries 1, want 50", n)
 	}
 	invariants(t, db.Pool)
 }
@@ -251,43 +341,28 @@ func TestConcurrentSweepsResetEachRowOnce(t *testing.T) {
 	seedDelivered(t, db, n, time.Hour)
 
 	start := make(chan struct{})
-	results := make([]*sweep.Result, sweepers)
-	errs := make([]error, sweepers)
-	var wg sync.WaitGroup
-	for i := range sweepers {
-		pool := db.NewPool(t, "")
-		// Small batches so the four passes interleave over many statements.
-		s := newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 100 })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results[i], errs[i] = s.RunOnce(context.Background())
-		}()
-	}
+	// Batches of 100, so the four passes interleave over many statements.
+	sweeps := racingSweeps(t, db, sweepers, 100, start)
 	close(start)
-	wg.Wait()
-
-	var total int64
-	for i := range sweepers {
-		if errs[i] != nil {
-			t.Fatalf("sweep %d: %v", i, errs[i])
-		}
-		total += results[i].Reset
-		t.Logf("sweep %d: reset %d in %d batches", i, results[i].Reset, results[i].Batches)
+	results := sweeps()
+	for i, r := range results {
+		t.Logf("sweep %d: reset %d in %d batches", i, r.Reset, r.Batches)
 	}
-	if total != n {
-		t.Fatalf("sum of reset = %d, want %d", total, n)
+	if total := resetTotal(results); total != n {
+		t.Errorf("sum of Reset = %d, want %d", total, n)
 	}
 	if bad := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state <> 'pending' OR redeliveries <> 1`); bad != 0 {
-		t.Fatalf("%d rows not reset exactly once", bad)
+		t.Errorf("%d rows not reset exactly once", bad)
 	}
 	var passes, resets int64
 	if err := db.Pool.QueryRow(context.Background(), `SELECT passes, resets_total FROM outbox.sweep_state`).Scan(&passes, &resets); err != nil {
 		t.Fatal(err)
 	}
-	if passes != sweepers || resets != n {
-		t.Fatalf("sweep_state passes %d resets_total %d, want %d and %d", passes, resets, sweepers, n)
+	if passes != sweepers {
+		t.Errorf("sweep_state passes = %d, want %d", passes, sweepers)
+	}
+	if resets != n {
+		t.Errorf("sweep_state resets_total = %d, want %d", resets, n)
 	}
 	invariants(t, db.Pool)
 }
@@ -301,37 +376,21 @@ func TestSweepRacingAckAndMarkDelivered(t *testing.T) {
 	const n = 2000
 	ids := seedDelivered(t, db, n, time.Hour)
 
-	relayPool := db.NewPool(t, "")
-	ob, err := outbox.New(relayPool, outbox.Options{Schema: testdb.Schema})
+	ob, err := outbox.New(ownPool(t, db), outbox.Options{Schema: testdb.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	ctx := context.Background()
 	start := make(chan struct{})
-	var wg sync.WaitGroup
-	fail := make(chan error, 8)
-
-	// Two sweeps in small batches, so many statements overlap the relay.
-	var swept atomic.Int64
-	for range 2 {
-		pool := db.NewPool(t, "")
-		s := newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 20 })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			res, err := s.RunOnce(ctx)
-			if err != nil {
-				fail <- err
-			}
-			swept.Add(res.Reset)
-		}()
-	}
+	// Two sweeps in batches of 20, so many statements overlap the relay.
+	sweeps := racingSweeps(t, db, 2, 20, start)
+	var relays sync.WaitGroup
+	fail := make(chan error, 2)
 	// relay walks every id in its own random order calling op; a lost race
 	// is expected, any other error is not.
 	relay := func(op func(context.Context, pgx.Tx, int64) error, ok []bool) {
-		defer wg.Done()
+		defer relays.Done()
 		order := rand.Perm(n)
 		<-start
 		for _, i := range order {
@@ -347,15 +406,16 @@ func TestSweepRacingAckAndMarkDelivered(t *testing.T) {
 	}
 	acked := make([]bool, n)
 	remarked := make([]bool, n)
-	wg.Add(2)
+	relays.Add(2)
 	go relay(ob.Ack, acked)
 	go relay(ob.MarkDelivered, remarked)
 	close(start)
-	wg.Wait()
+	relays.Wait()
 	close(fail)
 	for err := range fail {
-		t.Fatal(err)
+		t.Fatalf("relay: %v", err)
 	}
+	swept := resetTotal(sweeps())
 
 	var nAcked, nRemarked, ackUndone, remarkWrong, multiReset int
 	for i, id := range ids {
@@ -380,18 +440,26 @@ func TestSweepRacingAckAndMarkDelivered(t *testing.T) {
 			multiReset++
 		}
 	}
-	if ackUndone+remarkWrong+multiReset > 0 {
-		t.Fatalf("%d acked rows not acked at the end, %d re-marked rows not reset exactly once, %d rows reset more than once",
-			ackUndone, remarkWrong, multiReset)
+	if ackUndone > 0 {
+		t.Errorf("%d rows whose Ack succeeded are not acked at the end", ackUndone)
+	}
+	if remarkWrong > 0 {
+		t.Errorf("%d rows marked delivered again were not reset exactly once", remarkWrong)
+	}
+	if multiReset > 0 {
+		t.Errorf("%d rows were reset more than once", multiReset)
 	}
 	resetRows := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE redeliveries = 1`)
-	if resetRows != swept.Load() {
-		t.Fatalf("sweeps reported %d resets, %d rows carry one", swept.Load(), resetRows)
+	if resetRows != swept {
+		t.Errorf("sweeps reported %d resets, %d rows carry one", swept, resetRows)
 	}
-	if swept.Load() == 0 || nAcked == 0 {
-		t.Fatalf("no race happened: %d resets, %d acks", swept.Load(), nAcked)
+	if swept == 0 {
+		t.Error("no race happened: the sweeps reset nothing")
 	}
-	t.Logf("%d rows: %d reset by the sweeps, %d acked, %d marked delivered again", n, swept.Load(), nAcked, nRemarked)
+	if nAcked == 0 {
+		t.Error("no race happened: the relay acked nothing")
+	}
+	t.Logf("%d rows: %d reset by the sweeps, %d acked, %d marked delivered again", n, swept, nAcked, nRemarked)
 	invariants(t, db.Pool)
 }
 
@@ -405,35 +473,20 @@ func TestSweepNeverResetsAnAckedRow(t *testing.T) {
 	ids := seedDelivered(t, db, n, time.Hour)
 	ctx := context.Background()
 	start := make(chan struct{})
-	var wg sync.WaitGroup
-	fail := make(chan error, ackers+2)
-	var swept atomic.Int64
-	for range 2 {
-		pool := db.NewPool(t, "")
-		s := newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 20 })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			res, err := s.RunOnce(ctx)
-			if err != nil {
-				fail <- err
-			}
-			swept.Add(res.Reset)
-		}()
-	}
+	sweeps := racingSweeps(t, db, 2, 20, start)
+	var relays sync.WaitGroup
+	fail := make(chan error, ackers)
 	acked := make([]bool, n)
 	order := rand.Perm(n)
 	for a := range ackers {
-		pool := db.NewPool(t, "")
-		ob, err := outbox.New(pool, outbox.Options{Schema: testdb.Schema})
+		ob, err := outbox.New(ownPool(t, db), outbox.Options{Schema: testdb.Schema})
 		if err != nil {
 			t.Fatal(err)
 		}
 		mine := order[a*n/ackers : (a+1)*n/ackers]
-		wg.Add(1)
+		relays.Add(1)
 		go func() {
-			defer wg.Done()
+			defer relays.Done()
 			<-start
 			for _, i := range mine {
 				switch err := ob.Ack(ctx, nil, ids[i]); {
@@ -447,11 +500,12 @@ func TestSweepNeverResetsAnAckedRow(t *testing.T) {
 		}()
 	}
 	close(start)
-	wg.Wait()
+	relays.Wait()
 	close(fail)
 	for err := range fail {
-		t.Fatal(err)
+		t.Fatalf("relay: %v", err)
 	}
+	swept := resetTotal(sweeps())
 	var nAcked, undone int
 	for i, id := range ids {
 		if !acked[i] {
@@ -459,6 +513,7 @@ func TestSweepNeverResetsAnAckedRow(t *testing.T) {
 		}
 		nAcked++
 		if r := get(t, db.Pool, id); r.State != "acked" || r.Redeliveries != 0 {
+			// Either fact means a reset after the ack: counted once.
 			undone++
 			t.Logf("row %d: acked, then %+v", id, r)
 		}
@@ -466,10 +521,10 @@ func TestSweepNeverResetsAnAckedRow(t *testing.T) {
 	if undone > 0 {
 		t.Fatalf("%d of %d acked rows were reset afterwards", undone, nAcked)
 	}
-	if got := int64(n - nAcked); got != swept.Load() {
-		t.Fatalf("%d rows not acked, sweeps reset %d: every row is acked or reset, once", got, swept.Load())
+	if got := int64(n - nAcked); got != swept {
+		t.Fatalf("%d rows not acked, sweeps reset %d: every row is acked or reset, once", got, swept)
 	}
-	t.Logf("%d acked, %d reset", nAcked, swept.Load())
+	t.Logf("%d acked, %d reset", nAcked, swept)
 	invariants(t, db.Pool)
 }
 
@@ -495,32 +550,61 @@ func TestMaxRedeliveriesMakesRowDead(t *testing.T) {
 	}
 	for i := 1; i <= 2; i++ {
 		deliverAndStick()
-		if res := run(t, s); res.Reset != 1 || res.Dead != 0 {
-			t.Fatalf("stuck #%d: %+v, want a reset", i, res)
+		res := run(t, s)
+		if res.Reset != 1 {
+			t.Errorf("stuck %d of 2 times: Reset = %d, want 1", i, res.Reset)
+		}
+		if res.Dead != 0 {
+			t.Errorf("stuck %d of 2 times: Dead = %d, want 0", i, res.Dead)
 		}
 	}
 	deliverAndStick()
 	res := run(t, s)
-	if res.Reset != 0 || res.Dead != 1 || !res.Woken {
-		t.Fatalf("stuck #3: %+v, want dead 1", res)
+	if res.Reset != 0 {
+		t.Errorf("stuck a third time: Reset = %d, want 0", res.Reset)
+	}
+	if res.Dead != 1 {
+		t.Errorf("stuck a third time: Dead = %d, want 1", res.Dead)
+	}
+	if !res.Woken {
+		t.Error("stuck a third time: Woken = false, want true")
 	}
 	r := get(t, db.Pool, id)
-	if r.State != "dead" || r.DeadAt == nil || r.Redeliveries != 2 || r.Attempts != 3 || r.DeliveredAt == nil {
-		t.Fatalf("row after limit: %+v, want dead with dead_at, 2 redeliveries, 3 attempts, last delivered_at kept", r)
+	wantRow(t, "row after the limit", r, "dead", 2)
+	if r.Attempts != 3 {
+		t.Errorf("row after the limit: attempts %d, want 3", r.Attempts)
+	}
+	if r.DeliveredAt == nil {
+		t.Error("row after the limit: delivered_at null, want the last delivery's kept")
+	}
+	if r.DeadAt == nil {
+		t.Fatal("row after the limit: dead_at null, want it stamped")
 	}
 	again := run(t, s)
-	if again.Reset != 0 || again.Dead != 0 || again.Open != 0 || again.Woken {
-		t.Fatalf("sweep after dead: %+v, want nothing", again)
+	if again.Reset != 0 {
+		t.Errorf("sweep after dead: Reset = %d, want 0", again.Reset)
 	}
-	if r2 := get(t, db.Pool, id); r2.State != "dead" || !r2.DeadAt.Equal(*r.DeadAt) {
-		t.Fatalf("dead row changed: %+v", r2)
+	if again.Dead != 0 {
+		t.Errorf("sweep after dead: Dead = %d, want 0", again.Dead)
+	}
+	if again.Open != 0 {
+		t.Errorf("sweep after dead: Open = %d, want 0 (a dead row is not open)", again.Open)
+	}
+	if again.Woken {
+		t.Error("sweep after dead: Woken = true, want false")
+	}
+	r2 := get(t, db.Pool, id)
+	if r2.State != "dead" {
+		t.Errorf("dead row after another sweep: state %s, want dead", r2.State)
+	}
+	if r2.DeadAt == nil || !r2.DeadAt.Equal(*r.DeadAt) {
+		t.Errorf("dead row after another sweep: dead_at %v, want %v unchanged", r2.DeadAt, *r.DeadAt)
 	}
 	if err := ob.MarkDelivered(ctx, nil, id); !errors.Is(err, outbox.ErrLostRace) {
-		t.Fatalf("MarkDelivered on a dead row = %v, want a lost race", err)
+		t.Errorf("MarkDelivered on a dead row = %v, want a lost race", err)
 	}
-	var deadTotal int64
-	if err := db.Pool.QueryRow(ctx, `SELECT dead_total FROM outbox.sweep_state`).Scan(&deadTotal); err != nil || deadTotal != 1 {
-		t.Fatalf("sweep_state dead_total = %d, %v; want 1", deadTotal, err)
+	if deadTotal := scalar[int64](t, db.Pool, `SELECT dead_total FROM outbox.sweep_state`); deadTotal != 1 {
+		t.Errorf("sweep_state dead_total = %d, want 1", deadTotal)
 	}
 	invariants(t, db.Pool)
 }
@@ -532,11 +616,14 @@ func TestNeverDeadKeepsResetting(t *testing.T) {
 	ids := seedDelivered(t, db, 3, time.Hour)
 	exec(t, db.Pool, `UPDATE outbox.deliveries SET redeliveries = 500, attempts = 501 WHERE id = ANY($1)`, ids)
 	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = sweep.NeverDead }))
-	if res.Reset != 3 || res.Dead != 0 {
-		t.Fatalf("%+v, want 3 reset and none dead", res)
+	if res.Reset != 3 {
+		t.Errorf("Reset = %d, want 3", res.Reset)
+	}
+	if res.Dead != 0 {
+		t.Errorf("Dead = %d, want 0", res.Dead)
 	}
 	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 501`); n != 3 {
-		t.Fatalf("%d rows pending with 501 redeliveries, want 3", n)
+		t.Errorf("%d rows pending with 501 redeliveries, want 3", n)
 	}
 }
 
@@ -548,11 +635,17 @@ func TestResetAndDeadInOneBatch(t *testing.T) {
 	ids := seedDelivered(t, db, 10, time.Hour)
 	exec(t, db.Pool, `UPDATE outbox.deliveries SET redeliveries = 3, attempts = 4 WHERE id = ANY($1)`, ids[:4])
 	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = 3 }))
-	if res.Reset != 6 || res.Dead != 4 || res.Batches != 1 {
-		t.Fatalf("%+v, want 6 reset and 4 dead in one batch", res)
+	if res.Reset != 6 {
+		t.Errorf("Reset = %d, want 6", res.Reset)
+	}
+	if res.Dead != 4 {
+		t.Errorf("Dead = %d, want 4", res.Dead)
+	}
+	if res.Batches != 1 {
+		t.Errorf("Batches = %d, want 1", res.Batches)
 	}
 	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE id = ANY($1) AND state = 'dead'`, ids[:4]); n != 4 {
-		t.Fatalf("%d of the rows at the limit are dead, want 4", n)
+		t.Errorf("%d of the rows at the limit are dead, want 4", n)
 	}
 	invariants(t, db.Pool)
 }
@@ -595,7 +688,7 @@ func (s *statementTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBat
 // in exactly 10 reset statements. The tenth batch knows nothing is left
 // (its `more` probe), so no empty eleventh batch is sent: the whole pass is
 // 1 count + 10 resets + 1 wake + 1 state = 13 statements.
-func TestBatchesOfLimit(t *testing.T) {
+func TestBatchLimitResetsAllInExactlyEnoughBatches(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	seedDelivered(t, db, 1000, time.Hour)
@@ -609,17 +702,26 @@ func TestBatchesOfLimit(t *testing.T) {
 	t.Cleanup(pool.Close)
 
 	res := run(t, newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 100; c.PassBudget = 20 * time.Second }))
-	if res.Reset != 1000 || res.More {
-		t.Fatalf("%+v, want all 1000 reset in one pass", res)
+	if res.Reset != 1000 {
+		t.Errorf("Reset = %d, want all 1000 in one pass", res.Reset)
 	}
-	if tracer.resets != 10 || res.Batches != 10 {
-		t.Fatalf("%d reset statements traced (%d batches reported), want 10", tracer.resets, res.Batches)
+	if res.More {
+		t.Error("More = true, want false: nothing is left")
 	}
-	if tracer.total != 13 || res.Statements != 13 {
-		t.Fatalf("%d statements traced, %d reported, want 13", tracer.total, res.Statements)
+	if tracer.resets != 10 {
+		t.Errorf("%d reset statements traced, want 10", tracer.resets)
+	}
+	if res.Batches != 10 {
+		t.Errorf("Batches = %d, want 10", res.Batches)
+	}
+	if tracer.total != 13 {
+		t.Errorf("%d statements traced, want 13", tracer.total)
+	}
+	if res.Statements != 13 {
+		t.Errorf("Statements = %d, want 13", res.Statements)
 	}
 	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 1`); n != 1000 {
-		t.Fatalf("%d rows reset, want 1000", n)
+		t.Errorf("%d rows reset, want 1000", n)
 	}
 }
 
@@ -628,16 +730,31 @@ func TestIdlePassIsThreeStatements(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	res := run(t, newSweeper(t, db.Pool))
-	if res.Statements != 3 || res.Batches != 1 || res.Woken || res.Open != 0 || res.OldestOpenAgeS != 0 {
-		t.Fatalf("idle pass: %+v", res)
+	if res.Statements != 3 {
+		t.Errorf("Statements = %d, want 3", res.Statements)
+	}
+	if res.Batches != 1 {
+		t.Errorf("Batches = %d, want 1", res.Batches)
+	}
+	if res.Woken {
+		t.Error("Woken = true, want false on an idle table")
+	}
+	if res.Open != 0 {
+		t.Errorf("Open = %d, want 0", res.Open)
+	}
+	if res.OldestOpenAgeS != 0 {
+		t.Errorf("OldestOpenAgeS = %v, want 0", res.OldestOpenAgeS)
 	}
 	var passes int64
 	var last *time.Time
 	if err := db.Pool.QueryRow(context.Background(), `SELECT passes, last_pass_at FROM outbox.sweep_state`).Scan(&passes, &last); err != nil {
 		t.Fatal(err)
 	}
-	if passes != 1 || last == nil {
-		t.Fatalf("sweep_state passes %d last_pass_at %v, want 1 and set", passes, last)
+	if passes != 1 {
+		t.Errorf("sweep_state passes = %d, want 1", passes)
+	}
+	if last == nil {
+		t.Error("sweep_state last_pass_at = null, want the pass's time")
 	}
 }
 
@@ -672,8 +789,14 @@ func TestBudgetStopsBatches(t *testing.T) {
 	q := &clockOnBatch{DB: db.Pool, base: time.Now()}
 	s := newSweeperWith(t, q, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 500 * time.Millisecond }), sweep.Options{Now: q.now})
 	res := run(t, s)
-	if res.Reset != 10 || res.Batches != 1 || !res.More {
-		t.Fatalf("first pass %+v, want one batch of 10 and more", res)
+	if res.Reset != 10 {
+		t.Errorf("first pass: Reset = %d, want one batch of 10", res.Reset)
+	}
+	if res.Batches != 1 {
+		t.Errorf("first pass: Batches = %d, want 1", res.Batches)
+	}
+	if !res.More {
+		t.Error("first pass: More = false, want true (stopped by the budget)")
 	}
 	var total int64 = res.Reset
 	for range 2 {
@@ -688,7 +811,7 @@ func TestBudgetStopsBatches(t *testing.T) {
 // and not for a pass without. Absence is proved without a sleep: a sentinel
 // notified after the pass returned must be the next thing received, since
 // notifications arrive in commit order.
-func TestWakeNotification(t *testing.T) {
+func TestWakeNotifiedOncePerPassWithStuckWork(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	listener := db.Connect(t)
@@ -724,20 +847,31 @@ func TestWakeNotification(t *testing.T) {
 
 	s := newSweeper(t, db.Pool, func(c *sweep.Config) { c.BatchLimit = 1 }) // several batches, still one wake
 	res := run(t, s)
-	if !res.Woken || res.Reset != 3 || res.StuckPending != 1 || res.Batches != 3 {
-		t.Fatalf("%+v, want woken after 3 resets in 3 batches and 1 stuck pending", res)
+	if !res.Woken {
+		t.Error("Woken = false, want true")
+	}
+	if res.Reset != 3 {
+		t.Errorf("Reset = %d, want 3", res.Reset)
+	}
+	if res.StuckPending != 1 {
+		t.Errorf("StuckPending = %d, want 1", res.StuckPending)
+	}
+	if res.Batches != 3 {
+		t.Errorf("Batches = %d, want 3", res.Batches)
 	}
 	n := next()
-	if want := `{"reset":3,"stuck_pending":1}`; n.Channel != channel || n.Payload != want {
-		t.Fatalf("notification %s %q, want %s on %s", n.Channel, n.Payload, want, channel)
+	if n.Channel != channel {
+		t.Errorf("notification on %s, want %s", n.Channel, channel)
+	}
+	if want := `{"reset":3,"stuck_pending":1}`; n.Payload != want {
+		t.Errorf("notification payload %q, want %q", n.Payload, want)
 	}
 	sentinel("after-first-pass") // exactly one wake for the pass
 
 	// Nothing stuck any more: claim and ack everything.
 	exec(t, db.Pool, `UPDATE outbox.deliveries SET state = 'acked', attempts = attempts + 1, delivered_at = now(), acked_at = now()`)
-	quiet := run(t, s)
-	if quiet.Woken {
-		t.Fatalf("quiet pass woke: %+v", quiet)
+	if quiet := run(t, s); quiet.Woken {
+		t.Errorf("quiet pass: Woken = true, want false; %+v", quiet)
 	}
 	sentinel("after-quiet-pass")
 }
@@ -764,7 +898,7 @@ func (c *cancelOnBatch) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchRe
 // makes each row update take 2ms, so a batch of 100 runs for 200ms+): the
 // batches that committed stay, the one cut off is rolled back whole, no row
 // is half updated, and the next pass finishes the rest.
-func TestCancelledMidPass(t *testing.T) {
+func TestCancelledMidPassKeepsOnlyCommittedBatches(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	seedDelivered(t, db, 1000, time.Hour)
@@ -780,8 +914,11 @@ func TestCancelledMidPass(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("RunOnce = %+v, %v; want context.Canceled", res, err)
 	}
-	if res.Reset != 200 || res.Batches != 2 {
-		t.Fatalf("partial result %+v, want the 2 committed batches (200 rows)", res)
+	if res.Reset != 200 {
+		t.Errorf("partial result: Reset = %d, want the 2 committed batches' 200 rows", res.Reset)
+	}
+	if res.Batches != 2 {
+		t.Errorf("partial result: Batches = %d, want the 2 committed batches", res.Batches)
 	}
 	// The cut-off statement's backend may still be unwinding: wait until
 	// no reset statement runs, then look.
@@ -793,34 +930,31 @@ func TestCancelledMidPass(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	counts := map[string]int64{}
-	rows, err := db.Pool.Query(context.Background(), `SELECT state || '/' || redeliveries, count(*) FROM outbox.deliveries GROUP BY 1`)
+	rows, err := db.Pool.Query(context.Background(), `SELECT state || '/' || redeliveries, count(*) FROM outbox.deliveries GROUP BY 1 ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var k string
-		var v int64
-		if err := rows.Scan(&k, &v); err != nil {
-			t.Fatal(err)
-		}
-		counts[k] = v
+	type stateCount struct {
+		State string // state/redeliveries
+		Rows  int64
 	}
-	if err := rows.Err(); err != nil {
+	counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stateCount])
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(counts) != 2 || counts["pending/1"] != 200 || counts["delivered/0"] != 800 {
-		t.Fatalf("after the cancelled pass: %v, want 200 pending/1 and 800 delivered/0", counts)
+	// No row half updated: the cut-off batch is rolled back whole.
+	if want := []stateCount{{"delivered/0", 800}, {"pending/1", 200}}; !slices.Equal(counts, want) {
+		t.Fatalf("after the cancelled pass: %v, want %v", counts, want)
 	}
 	invariants(t, db.Pool)
 
 	exec(t, db.Pool, `DROP TRIGGER slow ON outbox.deliveries`)
 	next := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.BatchLimit = 100 }))
 	if next.Reset != 800 {
-		t.Fatalf("next pass reset %d, want the remaining 800", next.Reset)
+		t.Errorf("next pass: Reset = %d, want the remaining 800", next.Reset)
 	}
 	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 1`); n != 1000 {
-		t.Fatalf("%d rows reset once, want 1000", n)
+		t.Errorf("%d rows reset once, want 1000", n)
 	}
 	invariants(t, db.Pool)
 }
@@ -841,13 +975,22 @@ func TestStuckPendingCountedNotChanged(t *testing.T) {
 	}
 	exec(t, db.Pool, `UPDATE outbox.deliveries SET created_at = now() - interval '1 hour' WHERE id = ANY($1)`, ids[:2])
 	res := run(t, newSweeper(t, db.Pool))
-	if res.StuckPending != 2 || res.Open != 3 || res.Reset != 0 || !res.Woken {
-		t.Fatalf("%+v, want 2 stuck pending of 3 open, nothing reset, woken", res)
+	if res.StuckPending != 2 {
+		t.Errorf("StuckPending = %d, want 2", res.StuckPending)
+	}
+	if res.Open != 3 {
+		t.Errorf("Open = %d, want 3", res.Open)
+	}
+	if res.Reset != 0 {
+		t.Errorf("Reset = %d, want 0: pending rows are never changed", res.Reset)
+	}
+	if !res.Woken {
+		t.Error("Woken = false, want true (stuck pending rows)")
 	}
 	if res.OldestOpenAgeS < 3590 || res.OldestOpenAgeS > 3700 {
-		t.Fatalf("oldest_open_age_s %.1f, want about 3600", res.OldestOpenAgeS)
+		t.Errorf("OldestOpenAgeS = %.1f, want about 3600", res.OldestOpenAgeS)
 	}
 	if n := scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 0 AND attempts = 0`); n != 3 {
-		t.Fatalf("%d untouched pending rows, want 3", n)
+		t.Errorf("%d untouched pending rows, want 3", n)
 	}
 }

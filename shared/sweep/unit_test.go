@@ -67,7 +67,7 @@ func TestNewRefusesEachBadSettingByName(t *testing.T) {
 	}
 }
 
-func TestShouldWake(t *testing.T) {
+func TestWakeOnAnyResetDeathOrStuckPendingRow(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		reset, dead, stuckPending int64
@@ -85,7 +85,7 @@ func TestShouldWake(t *testing.T) {
 	}
 }
 
-func TestBudgetLeft(t *testing.T) {
+func TestNoBatchStartsOnceTheBudgetIsSpent(t *testing.T) {
 	t.Parallel()
 	if !budgetLeft(0, time.Second) {
 		t.Error("a fresh pass with budget left may start a batch")
@@ -107,11 +107,14 @@ func TestMetricsLeaveOutGaugesNeverRead(t *testing.T) {
 		}
 		return out
 	}
-	if got := names(&Result{}); got["OpenDeliveries"] || got["OldestOpenAgeSeconds"] {
-		t.Errorf("a pass that never counted open work emits its gauges: %v", got)
-	}
-	if got := names(&Result{counted: true}); !got["OpenDeliveries"] || !got["OldestOpenAgeSeconds"] {
-		t.Errorf("a pass that counted open work does not emit its gauges: %v", got)
+	uncounted, counted := names(&Result{}), names(&Result{counted: true})
+	for _, gauge := range []string{"OpenDeliveries", "OldestOpenAgeSeconds"} {
+		if uncounted[gauge] {
+			t.Errorf("a pass that never counted open work emits %s: %v", gauge, uncounted)
+		}
+		if !counted[gauge] {
+			t.Errorf("a pass that counted open work does not emit %s: %v", gauge, counted)
+		}
 	}
 	if got := names(&Result{}); !got["SweepRuns"] {
 		t.Error("SweepRuns is missing: the silence alarm counts passes by it")

@@ -15,7 +15,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 )
 
-// TestDemo runs `make demo` with a 20-second workload against the local
+// TestDemoVerdictPasses runs `make demo` with a 20-second workload against the local
 // stack — the real bootstraps under rie, fauxqs, PostgreSQL — on the
 // template's own schedules and settings, and requires every check of the
 // verdict to pass: committed events consumed exactly once and in order,
@@ -24,7 +24,7 @@ import (
 // with each lost ack swept back once, no dead letters, no failed
 // invocation. The drain waits for the sweep: a lost ack is stuck after the
 // template's 60 s, and the sweep runs once a minute.
-func TestDemo(t *testing.T) {
+func TestDemoVerdictPasses(t *testing.T) {
 	if testing.Short() {
 		testenv.Skip(t, "runs the demo for two minutes")
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -38,9 +39,9 @@ func failing(checks []local.Check) []string {
 	return out
 }
 
-// TestChecks: the verdict passes a healthy outcome and fails each kind of
-// breakage by the check that names it.
-func TestChecks(t *testing.T) {
+// The verdict passes a healthy outcome and fails each kind of breakage by
+// the check that names it, and by that check alone.
+func TestVerdictFailsEachBreakageByTheCheckThatNamesIt(t *testing.T) {
 	if got := failing(healthy().checks()); len(got) != 0 {
 		t.Fatalf("healthy outcome fails %v", got)
 	}
@@ -61,9 +62,8 @@ func TestChecks(t *testing.T) {
 	for want, breakIt := range cases {
 		o := healthy()
 		breakIt(&o)
-		got := failing(o.checks())
-		if len(got) != 1 || got[0] != want {
-			t.Errorf("breaking %q fails %v", want, got)
+		if got := failing(o.checks()); !slices.Equal(got, []string{want}) {
+			t.Errorf("breaking %q fails %v, want only that check", want, got)
 		}
 	}
 	// A committed event never consumed, and a placeholder nobody explains.
@@ -71,7 +71,7 @@ func TestChecks(t *testing.T) {
 	delete(o.consumer.Seen, 4)
 	o.placeholders[9] = placeholder{FilledBy: "fill"}
 	if got := failing(o.checks()); len(got) != 2 {
-		t.Errorf("missing event and stray placeholder fail %v", got)
+		t.Errorf("missing event and stray placeholder fail %v, want two checks", got)
 	}
 }
 
@@ -93,15 +93,15 @@ func TestFillBoundWaitsForAnOlderOpenTransaction(t *testing.T) {
 	}
 }
 
-func TestQuantile(t *testing.T) {
+func TestQuantileTakesTheSampleAtTheRank(t *testing.T) {
 	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	if q := quantile(d, 0.5); q != 5 {
-		t.Errorf("p50 = %v", q)
+		t.Errorf("p50 = %v, want 5", q)
 	}
 	if q := quantile(d, 0.99); q != 10 {
-		t.Errorf("p99 = %v", q)
+		t.Errorf("p99 = %v, want 10", q)
 	}
 	if q := quantile(d[:1], 0.99); q != 1 {
-		t.Errorf("p99 of one = %v", q)
+		t.Errorf("p99 of one sample = %v, want that sample", q)
 	}
 }
