@@ -208,6 +208,11 @@ env_line() {
   env_line AWS_ACCESS_KEY_ID test
   env_line AWS_SECRET_ACCESS_KEY test
   env_line AWS_LAMBDA_RIE "$RIE"
+  # The ports this stack was started on, so a shell that only sourced
+  # stack.env still addresses this stack's scripts (pg-restart.sh) and not
+  # the default ports' one.
+  env_line OUTBOXKEEPER_PG_PORT "$PG_PORT"
+  env_line OUTBOXKEEPER_SQS_PORT "$SQS_PORT"
 } >"$LOCAL/stack.env.tmp"
 mv "$LOCAL/stack.env.tmp" "$LOCAL/stack.env"
 
