@@ -44,8 +44,8 @@ migrate: stack-up
 	$(WITH_STACK) $(GO) run ./infra/cmd/migrate
 
 # The README's test command: starts what it needs, then runs every layer.
-.PHONY: test test-go test-template test-fuzz vet
-test: stack-up vet test-go test-fuzz test-template
+.PHONY: test test-go test-pgbouncer test-template test-fuzz vet
+test: stack-up vet test-go test-pgbouncer test-fuzz test-template
 
 vet:
 	$(GO) vet ./...

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/infra/local"
 )
 
 // ledger is the workload's own record of what it did, kept apart from the
@@ -19,7 +21,7 @@ type ledger struct {
 	publishedN int64
 	// held are the long transactions the holder kept open: they hold the
 	// xid horizon back, so the fill's latency bound depends on them.
-	held []interval
+	held []local.Interval
 
 	committedN, reportedN, unreportedN atomic.Int64
 	// lostAcks counts deliveries the relay pushed but never acked (or whose
@@ -36,13 +38,10 @@ type rollback struct {
 	how      string
 }
 
-// interval is when a transaction began and ended.
-type interval struct{ begin, end time.Time }
-
 func (l *ledger) hold(begin, end time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.held = append(l.held, interval{begin, end})
+	l.held = append(l.held, local.Interval{Begin: begin, End: end})
 }
 
 func newLedger() *ledger {
@@ -90,8 +89,8 @@ func (l *ledger) published() int64 {
 }
 
 // snapshot copies the sets for the verdict, after the workload stopped.
-func (l *ledger) snapshot() (committed map[int64]bool, abandoned map[int64]rollback, held []interval, errCount int, errs []string) {
+func (l *ledger) snapshot() (committed map[int64]bool, abandoned map[int64]rollback, held []local.Interval, errCount int, errs []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.committed, l.abandoned, append([]interval(nil), l.held...), l.errCount, append([]string(nil), l.errs...)
+	return l.committed, l.abandoned, append([]local.Interval(nil), l.held...), l.errCount, append([]string(nil), l.errs...)
 }

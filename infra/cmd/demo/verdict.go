@@ -14,7 +14,7 @@ import (
 type outcome struct {
 	committed    map[int64]bool
 	abandoned    map[int64]rollback
-	held         []interval
+	held         []local.Interval
 	fill         fill.Config
 	placeholders map[int64]placeholder
 	consumer     consumerView
@@ -115,28 +115,8 @@ func (o outcome) checks() []local.Check {
 // the tick on which a proof that waited for an old transaction sees it end.
 const latencyAllowance = time.Second
 
-// fillBound is when the fill promises a placeholder for a sequence a
-// crashed writer rolled back at t: within the grace and a tick, unless a
-// transaction that began before then (so older than the marker that can
-// cover it) was still open; then within a tick of that transaction's end.
-// Plus latencyAllowance.
-func fillBound(t time.Time, grace, tick time.Duration, held []interval) time.Time {
-	due := t.Add(grace + tick)
-	// To a fixed point: once one transaction has pushed the marker past its
-	// end, another that began before that end can hold the next one.
-	for moved := true; moved; {
-		moved = false
-		for _, h := range held {
-			if h.begin.Before(due) && h.end.After(t) && h.end.Add(tick).After(due) {
-				due, moved = h.end.Add(tick), true
-			}
-		}
-	}
-	return due.Add(latencyAllowance)
-}
-
 // unreportedWithinBound judges every unreported rollback against
-// fillBound; worst describes the latest one.
+// local.FillBound plus latencyAllowance; worst describes the latest one.
 func (o outcome) unreportedWithinBound() (within, late int, worst string) {
 	var excess time.Duration
 	for seq, rb := range o.abandoned {
@@ -144,7 +124,7 @@ func (o outcome) unreportedWithinBound() (within, late int, worst string) {
 		if rb.reported || !ok {
 			continue // reported ones are compensate's; missing ones fail "filled"
 		}
-		bound := fillBound(rb.at, max(o.fill.Grace, 0), o.fill.Tick, o.held)
+		bound := local.FillBound(rb.at, o.fill.Grace, o.fill.Tick, o.held).Add(latencyAllowance)
 		if p.RecordedAt.After(bound) {
 			late++
 			excess = max(excess, p.RecordedAt.Sub(bound))

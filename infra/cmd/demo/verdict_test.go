@@ -75,24 +75,6 @@ func TestVerdictFailsEachBreakageByTheCheckThatNamesIt(t *testing.T) {
 	}
 }
 
-// A transaction held open across a crashed writer's rollback moves its
-// bound to the held transaction's end plus a tick.
-func TestFillBoundWaitsForAnOlderOpenTransaction(t *testing.T) {
-	at := time.Unix(1000, 0)
-	grace, tick := 2*time.Second, 500*time.Millisecond
-	if got, want := fillBound(at, grace, tick, nil), at.Add(3500*time.Millisecond); !got.Equal(want) {
-		t.Errorf("nothing open: bound %v, want rollback + 3.5s %v", got, want)
-	}
-	held := []interval{{begin: at.Add(-time.Second), end: at.Add(6 * time.Second)}}
-	if got, want := fillBound(at, grace, tick, held), at.Add(7500*time.Millisecond); !got.Equal(want) {
-		t.Errorf("held until +6s: bound %v, want its end + tick + 1s %v", got, want)
-	}
-	later := []interval{{begin: at.Add(5 * time.Second), end: at.Add(10 * time.Second)}}
-	if got, want := fillBound(at, grace, tick, later), at.Add(3500*time.Millisecond); !got.Equal(want) {
-		t.Errorf("opened after the marker is due: bound %v, want %v (not its business)", got, want)
-	}
-}
-
 func TestQuantileTakesTheSampleAtTheRank(t *testing.T) {
 	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	if q := quantile(d, 0.5); q != 5 {

@@ -1,0 +1,116 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+)
+
+// Faults, by kind.
+const (
+	killFunctions   = "functions' connections killed"
+	lockFillState   = "fill_state locked"
+	lockDeliveries  = "deliveries locked"
+	shortDeadline   = "a deadline mid-pass"
+	restartDatabase = "database restarted"
+)
+
+// lockFor is how long a fault holds a lock.
+const lockFor = 3 * time.Second
+
+type faults struct {
+	// pending are the goroutines that record a fault's consequence after
+	// it ran; the judge waits for them.
+	pending  sync.WaitGroup
+	s        *stack
+	l        *ledger
+	admin    *pgxpool.Pool
+	database string
+	root     string
+	rng      *rand.Rand
+}
+
+// run injects a fault every few seconds until ctx ends, and the restart
+// once, at restartAt.
+func (f *faults) run(ctx context.Context, restartAt time.Duration) {
+	restart := time.After(restartAt)
+	kinds := []string{killFunctions, lockFillState, lockDeliveries, shortDeadline}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-restart:
+			f.restart(ctx)
+			continue
+		case <-time.After(time.Duration(2500+f.rng.IntN(2500)) * time.Millisecond):
+		}
+		kind := kinds[f.rng.IntN(len(kinds))]
+		if err := f.inject(ctx, kind); err != nil && ctx.Err() == nil {
+			f.l.fail("fault "+kind, err)
+			continue
+		}
+		f.l.fault(kind)
+	}
+}
+
+func (f *faults) inject(ctx context.Context, kind string) error {
+	bg := context.WithoutCancel(ctx)
+	switch kind {
+	case killFunctions:
+		_, err := f.admin.Exec(bg, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = $1 AND application_name LIKE 'outboxkeeper-%'`, f.database)
+		return err
+	case lockFillState, lockDeliveries:
+		tx, err := f.admin.Begin(bg)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(bg) //nolint:errcheck
+		begin := time.Now()
+		lock := `LOCK TABLE outbox.deliveries IN ACCESS EXCLUSIVE MODE`
+		if kind == lockFillState {
+			// A row lock takes an xid: it holds the proof back as well.
+			lock = `SELECT 1 FROM outbox.fill_state FOR UPDATE`
+		}
+		if _, err := tx.Exec(bg, lock); err != nil {
+			return err
+		}
+		_ = budget.Sleep(ctx, lockFor)
+		if kind == lockFillState {
+			f.l.block(begin, time.Now())
+		}
+		return nil
+	case shortDeadline:
+		// The invocation is handed the lease and ends on its own deadline
+		// with no successor; until the schedule's next one, nobody
+		// watches: a blind moment the bound allows for.
+		begin := time.Now()
+		f.pending.Go(func() {
+			f.s.invoke(ctx, f.s.fillShort, f.s.tmpl.FillInput)
+			f.l.block(begin, f.s.nextFillAfter(time.Now()))
+		})
+		return nil
+	}
+	return fmt.Errorf("no fault %q", kind)
+}
+
+// restart is `pg_ctl restart -m fast`: every connection cut, the server
+// gone for a moment.
+func (f *faults) restart(ctx context.Context) {
+	begin := time.Now()
+	out, err := exec.CommandContext(context.WithoutCancel(ctx), "bash", filepath.Join(f.root, "infra", "stack", "pg-restart.sh")).CombinedOutput()
+	if err != nil {
+		f.l.fail("restart", fmt.Errorf("%v: %s", err, out))
+		return
+	}
+	f.l.block(begin, time.Now().Add(time.Second))
+	f.l.fault(restartDatabase)
+}

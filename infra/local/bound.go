@@ -1,0 +1,28 @@
+package local
+
+import "time"
+
+// Interval is when something began and ended: a transaction held open, a
+// lock, an outage.
+type Interval struct{ Begin, End time.Time }
+
+// FillBound is when the fill promises a placeholder for a sequence whose
+// writer gave it up at t: within the grace and a tick, unless something
+// that began before then could hold the proof back (a transaction older
+// than the marker that can cover the sequence, a lock on the fill's state,
+// the database away); then within a tick of its end. It is taken to a
+// fixed point: once one blocker has pushed the marker past its end, another
+// that began before that end can hold the next one. The caller adds its
+// allowance for the statements in between.
+func FillBound(t time.Time, grace, tick time.Duration, blockers []Interval) time.Time {
+	due := t.Add(max(grace, 0) + tick)
+	for moved := true; moved; {
+		moved = false
+		for _, b := range blockers {
+			if b.Begin.Before(due) && b.End.After(t) && b.End.Add(tick).After(due) {
+				due, moved = b.End.Add(tick), true
+			}
+		}
+	}
+	return due
+}
