@@ -1,0 +1,57 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ConsumerPosition is one row of <schema>.consumers: the last sequence a
+// consumer has taken.
+type ConsumerPosition struct {
+	Name     string
+	Position int64
+}
+
+// Consumers is the SQL for <schema>.consumers. Positions are written only
+// through <schema>.commit_position (infra/sql/0007), which never moves one
+// backwards and refuses one above the allocation head.
+type Consumers struct {
+	position string
+	commit   string
+}
+
+// NewConsumers renders the statements for schema.
+func NewConsumers(schema Schema) *Consumers {
+	return &Consumers{
+		position: `SELECT position FROM ` + schema.Table("consumers") + ` WHERE name = $1`,
+		commit:   `SELECT ` + schema.Table("commit_position") + `($1, $2)`,
+	}
+}
+
+// Position is the stored position of consumer name, and false when it is
+// not registered.
+func (c *Consumers) Position(ctx context.Context, q Querier, name string) (int64, bool, error) {
+	var p int64
+	err := q.QueryRow(ctx, c.position, name).Scan(&p)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read the position of consumer %q: %w", name, err)
+	}
+	return p, true, nil
+}
+
+// Commit records position for consumer name (registering it) and returns
+// the position stored, which is higher than position when a later one
+// was committed already.
+func (c *Consumers) Commit(ctx context.Context, q Querier, name string, position int64) (int64, error) {
+	var stored int64
+	if err := q.QueryRow(ctx, c.commit, name, position).Scan(&stored); err != nil {
+		return 0, fmt.Errorf("commit position %d for consumer %q: %w", position, name, err)
+	}
+	return stored, nil
+}
