@@ -14,13 +14,15 @@ LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w' -buildvcs=false
 STACK_ENV := .local/stack.env
 WITH_STACK = set -a; source $(STACK_ENV); set +a;
 
-.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction
+.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction build-PruneFunction
 build-FillFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/fill
 build-SweepFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/sweep
 build-CompensateFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/compensate
+build-PruneFunction:
+	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/prune
 
 # The README's first command: sets everything up from a fresh clone, runs
 # the bounded demo (DEMO_DURATION, default 60s) and prints the verdict.
