@@ -115,6 +115,13 @@ $$;
 -- payload shape as the placeholders' notification, so a listener treats
 -- both alike ("something in M..N became readable").
 --
+-- It is off until switched on with <schema>.set_publish_notifications(true):
+-- a NOTIFY costs every publishing transaction (measured with the project's
+-- benchmark at about a third more time per one-event transaction, and
+-- PostgreSQL serialises the commits of notifying transactions on one
+-- queue lock), which only applications with LISTENing consumers should
+-- pay. Consumers that poll read_events need none of it.
+--
 -- PostgreSQL has no commit trigger, so a deferred constraint trigger does
 -- it, queued for a transaction's first published row only: its WHEN
 -- clause, evaluated as each row is inserted, records the row's sequence as
@@ -125,11 +132,9 @@ $$;
 -- functions, so it needs no privilege on this schema's functions whoever
 -- inserts. Placeholders (xid NULL) are notified by their own insert.
 --
--- A transaction that must not notify (one that will PREPARE TRANSACTION,
--- which refuses NOTIFY, or a bulk load) sets
--- `SET LOCAL "outboxkeeper.<schema>_events_min" = 'off'` first. The
--- notification for a whole database is switched off with
--- `ALTER TABLE <schema>.events DISABLE TRIGGER events_notify_published`.
+-- A transaction that must not notify while it is on (one that will
+-- PREPARE TRANSACTION, which refuses NOTIFY, or a bulk load) sets
+-- `SET LOCAL "outboxkeeper.<schema>_events_min" = 'off'` first.
 CREATE FUNCTION {{schema}}.notify_published() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -156,3 +161,21 @@ WHEN (NEW.xid IS NOT NULL AND CASE
     ELSE pg_catalog.set_config('outboxkeeper.' || {{schema_name}} || '_events_min', NEW.sequence::text, true) IS NOT NULL
 END)
 EXECUTE FUNCTION {{schema}}.notify_published();
+
+-- Off by default (see above): switched by the schema's owner, or a role it
+-- grants EXECUTE to. ALTER TABLE takes a brief exclusive lock on events.
+ALTER TABLE {{schema}}.events DISABLE TRIGGER events_notify_published;
+
+CREATE FUNCTION {{schema}}.set_publish_notifications(enabled boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF enabled THEN
+        ALTER TABLE {{schema}}.events ENABLE TRIGGER events_notify_published;
+    ELSE
+        ALTER TABLE {{schema}}.events DISABLE TRIGGER events_notify_published;
+    END IF;
+    RETURN enabled;
+END
+$$;
+
+REVOKE EXECUTE ON FUNCTION {{schema}}.set_publish_notifications(boolean) FROM PUBLIC;

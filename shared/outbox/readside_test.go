@@ -232,6 +232,7 @@ func TestPublishNotifiesOncePerCommittingTransaction(t *testing.T) {
 	ctx := context.Background()
 	ob := newOutbox(t, db, outbox.Options{})
 	conn := listen(t, db)
+	mustExec(t, db, `SELECT outbox.set_publish_notifications(true)`)
 
 	// Three publish calls, four events, one transaction: 1..4.
 	if err := ob.InTx(ctx, func(ctx context.Context, tx *outbox.Tx) error {
@@ -291,6 +292,29 @@ func TestPublishNotifiesOncePerCommittingTransaction(t *testing.T) {
 	want := []string{`{"min":1,"max":4}`, `{"min":7,"max":7}`, `{"min":8,"max":8}`}
 	if !slices.Equal(got, want) {
 		t.Errorf("notifications = %q, want %q", got, want)
+	}
+}
+
+// Until switched on, publishing notifies nothing (it costs every
+// publisher), and switched off again it stops.
+func TestPublishNotificationsAreOffUntilSwitchedOn(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ob := newOutbox(t, db, outbox.Options{})
+	conn := listen(t, db)
+	publishCommitted(t, ob, 1)
+	if got := notifications(t, conn, 500*time.Millisecond); len(got) != 0 {
+		t.Errorf("notifications by default = %q, want none", got)
+	}
+	mustExec(t, db, `SELECT outbox.set_publish_notifications(true)`)
+	publishCommitted(t, ob, 1)
+	if got := notifications(t, conn, 500*time.Millisecond); !slices.Equal(got, []string{`{"min":2,"max":2}`}) {
+		t.Errorf("notifications when on = %q, want one for 2", got)
+	}
+	mustExec(t, db, `SELECT outbox.set_publish_notifications(false)`)
+	publishCommitted(t, ob, 1)
+	if got := notifications(t, conn, 500*time.Millisecond); len(got) != 0 {
+		t.Errorf("notifications when off again = %q, want none", got)
 	}
 }
 
@@ -375,6 +399,7 @@ func TestConsumeWakesOnTheNotification(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ob := newOutbox(t, db, outbox.Options{})
+	mustExec(t, db, `SELECT outbox.set_publish_notifications(true)`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got := make(chan []int64, 4)
