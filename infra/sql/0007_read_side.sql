@@ -11,10 +11,13 @@
 --
 -- The cost is one index range scan of the primary key, at most `max`
 -- entries, whatever the table's size: the page is read first (LIMIT in
--- the innermost query), and the contiguity test runs over that page only.
--- In a run without gaps sequence - rank is constant, so above the
--- watermark the first row where it drifts is the first gap (drift never
--- shrinks again, since sequences only grow).
+-- the innermost query), and the contiguity test runs over that page only,
+-- in the index's order, with no sort. `passed` is the consumer's position
+-- or the watermark, whichever is higher: every sequence at or below it is
+-- taken as passed. Above it, a row is readable when every sequence from
+-- passed + 1 up to it is present, that is when the running count of page
+-- rows above `passed` equals sequence - passed; the first gap breaks that
+-- for good (the count can never catch up again).
 --
 -- It is a plain LANGUAGE sql STABLE function, not STRICT and not SECURITY
 -- DEFINER, so the planner inlines it: EXPLAIN of a call shows that index
@@ -26,30 +29,25 @@ CREATE FUNCTION {{schema}}.read_events(after bigint, max integer)
 RETURNS TABLE (sequence bigint, xid xid8, topic text, payload jsonb, headers jsonb,
                recorded_at timestamptz, filled_by text)
 LANGUAGE sql STABLE AS $$
-    SELECT c.sequence, c.xid, c.topic, c.payload, c.headers, c.recorded_at, c.filled_by
+    SELECT p.sequence, p.xid, p.topic, p.payload, p.headers, p.recorded_at, p.filled_by
     FROM (
-        SELECT p.*, b.passed,
-               count(*) FILTER (WHERE p.sequence <= b.passed) OVER () AS below
+        SELECT e.*,
+               count(*) FILTER (WHERE e.sequence > e.passed)
+                   OVER (ORDER BY e.sequence ROWS UNBOUNDED PRECEDING) AS above
         FROM (
-            SELECT e.sequence, e.xid, e.topic, e.payload, e.headers, e.recorded_at, e.filled_by,
-                   row_number() OVER (ORDER BY e.sequence) AS rank
-            FROM (
-                SELECT * FROM {{schema}}.events
-                WHERE events.sequence > coalesce(read_events.after, 0)
-                ORDER BY events.sequence
-                LIMIT least(greatest(coalesce(read_events.max, 0), 0), 10000)
-            ) e
-        ) p,
-        -- passed: every sequence at or below it is taken as passed, the
-        -- consumer's own position or the watermark, whichever is higher.
-        -- OFFSET 0 keeps it one subquery, read once, rather than pulled up
-        -- into each expression that uses it.
-        (SELECT greatest(coalesce(read_events.after, 0), 0,
-                         coalesce((SELECT max(f.watermark) FROM {{schema}}.fill_state f), 0)) AS passed
-         OFFSET 0) b
-    ) c
-    WHERE c.sequence <= c.passed OR c.sequence - c.rank = c.passed - c.below
-    ORDER BY c.sequence
+            SELECT events.sequence, events.xid, events.topic, events.payload, events.headers,
+                   events.recorded_at, events.filled_by,
+                   -- A scalar subquery: evaluated once per call.
+                   greatest(coalesce(read_events.after, 0), 0,
+                            coalesce((SELECT max(f.watermark) FROM {{schema}}.fill_state f), 0)) AS passed
+            FROM {{schema}}.events
+            WHERE events.sequence > coalesce(read_events.after, 0)
+            ORDER BY events.sequence
+            LIMIT least(greatest(coalesce(read_events.max, 0), 0), 10000)
+        ) e
+    ) p
+    WHERE p.sequence <= p.passed OR p.sequence - p.passed = p.above
+    ORDER BY p.sequence
 $$;
 
 -- A consumer's position: the last sequence it has taken. Prune (§6b) never
