@@ -47,7 +47,23 @@ migrate: stack-up
 
 # The README's test command: starts what it needs, then runs every layer.
 .PHONY: test test-go test-template test-fuzz vet
-test: stack-up vet test-go test-fuzz test-template
+test: stack-up examples vet test-go test-fuzz test-template
+
+# The Python and Node.js examples' own dependencies, at the versions their
+# requirements.txt and package-lock.json pin, installed inside the project
+# (a virtualenv under .local, examples/node/node_modules); redone only when
+# those files change. examples/examples_test.go runs them under test-go.
+EXAMPLES_VENV := .local/venv-examples
+.PHONY: examples
+examples: $(EXAMPLES_VENV)/.installed examples/node/node_modules/.installed
+$(EXAMPLES_VENV)/.installed: examples/python/requirements.txt
+	rm -rf $(EXAMPLES_VENV)
+	python3 -m venv $(EXAMPLES_VENV)
+	$(EXAMPLES_VENV)/bin/pip install --quiet --disable-pip-version-check -r examples/python/requirements.txt
+	touch $@
+examples/node/node_modules/.installed: examples/node/package-lock.json
+	cd examples/node && npm ci --no-audit --no-fund
+	touch $@
 
 vet:
 	$(GO) vet ./...
