@@ -54,6 +54,7 @@ func TestEndToEndScheduledPass(t *testing.T) {
 	if err != nil {
 		t.Fatalf("invoke: %v\n%s", err, body)
 	}
+	t.Logf("response: %s", body)
 	var out map[string]any
 	if err := json.Unmarshal(body, &out); err != nil {
 		t.Fatalf("response %s: %v", body, err)
