@@ -122,10 +122,9 @@ export async function inTransaction(client, schema, reporter, work) {
 export async function consume(client, schema, name, handle, { batch = 100, until = null, timeoutMs = null, pollMs = 1000, listen = null } = {}) {
   const s = quoteSchema(schema);
   const deadline = timeoutMs === null ? null : Date.now() + timeoutMs;
-  let { rows } = await client.query(`SELECT position FROM ${s}.consumers WHERE name = $1`, [name]);
-  if (rows.length === 0) {
-    ({ rows } = await client.query(`SELECT ${s}.commit_position($1, 0) AS position`, [name]));
-  }
+  // Registers a new consumer at 0 and answers a registered one's stored
+  // position: positions never move back.
+  const { rows } = await client.query(`SELECT ${s}.commit_position($1, 0) AS position`, [name]);
   let position = Number(rows[0].position);
   let wake = null;
   if (listen !== null) {

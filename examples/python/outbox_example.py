@@ -117,10 +117,9 @@ def consume(conn, schema, name, handle, batch=100, until=None, timeout=None, pol
     LISTENs on ``<schema>_events``, so an idle consumer wakes when events
     commit instead of at its next poll. Returns the position."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    row = conn.execute(schema_sql("SELECT position FROM {schema}.consumers WHERE name = %s", schema), (name,)).fetchone()
-    if row is None:
-        row = conn.execute(schema_sql("SELECT {schema}.commit_position(%s, 0)", schema), (name,)).fetchone()
-    position = row[0]
+    # Registers a new consumer at 0 and answers a registered one's stored
+    # position: positions never move back.
+    position = conn.execute(schema_sql("SELECT {schema}.commit_position(%s, 0)", schema), (name,)).fetchone()[0]
     if listen is not None:
         listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(schema + "_events")))
     while until is None or position < until:

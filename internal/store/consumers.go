@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // ConsumerPosition is one row of <schema>.consumers: the last sequence a
@@ -19,30 +16,14 @@ type ConsumerPosition struct {
 // through <schema>.commit_position (infra/sql/0007), which never moves one
 // backwards and refuses one above the allocation head.
 type Consumers struct {
-	position string
-	commit   string
+	commit string
 }
 
 // NewConsumers renders the statements for schema.
 func NewConsumers(schema Schema) *Consumers {
 	return &Consumers{
-		position: `SELECT position FROM ` + schema.Table("consumers") + ` WHERE name = $1`,
-		commit:   `SELECT ` + schema.Table("commit_position") + `($1, $2)`,
+		commit: `SELECT ` + schema.Table("commit_position") + `($1, $2)`,
 	}
-}
-
-// Position is the stored position of consumer name, and false when it is
-// not registered.
-func (c *Consumers) Position(ctx context.Context, q Querier, name string) (int64, bool, error) {
-	var p int64
-	err := q.QueryRow(ctx, c.position, name).Scan(&p)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read the position of consumer %q: %w", name, err)
-	}
-	return p, true, nil
 }
 
 // Commit records position for consumer name (registering it) and returns

@@ -24,7 +24,8 @@ type ConsumerOptions struct {
 	Name string
 	// Start is the position a consumer that is not registered yet begins
 	// after (0, the default: from the first event kept). A registered
-	// consumer carries on from its stored position.
+	// consumer carries on from its stored position, or from Start if that
+	// is later (a position only moves forward).
 	Start int64
 	// Batch is the most events handed to one call of the handler
 	// (default 100, at most MaxRead).
@@ -75,14 +76,12 @@ func (o *Outbox) Consume(ctx context.Context, opts ConsumerOptions, handle func(
 	}
 	opts = opts.withDefaults()
 	consumers := store.NewConsumers(o.schema)
-	position, registered, err := consumers.Position(ctx, o.db, opts.Name)
+	// Registers a new consumer at Start and answers a registered one's
+	// stored position (positions never move back), in one call that
+	// needs no privilege on the table itself.
+	position, err := consumers.Commit(ctx, o.db, opts.Name, opts.Start)
 	if err != nil {
-		return fmt.Errorf("outbox: %w", err)
-	}
-	if !registered {
-		if position, err = consumers.Commit(ctx, o.db, opts.Name, opts.Start); err != nil {
-			return fmt.Errorf("outbox: register: %w", err)
-		}
+		return fmt.Errorf("outbox: register: %w", err)
 	}
 	w := &waker{listen: opts.Listen, channel: o.schema.EventsChannel()}
 	defer w.close()
