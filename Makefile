@@ -14,13 +14,15 @@ LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w' -buildvcs=false
 STACK_ENV := .local/stack.env
 WITH_STACK = set -a; source $(STACK_ENV); set +a;
 
-.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction
+.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction build-PruneFunction
 build-FillFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/fill
 build-SweepFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/sweep
 build-CompensateFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/compensate
+build-PruneFunction:
+	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/prune
 
 # The README's first command: sets everything up from a fresh clone, runs
 # the bounded demo (DEMO_DURATION, default 60s) and prints the verdict.
@@ -45,7 +47,23 @@ migrate: stack-up
 
 # The README's test command: starts what it needs, then runs every layer.
 .PHONY: test test-go test-pgbouncer test-template test-fuzz vet
-test: stack-up vet test-go test-pgbouncer test-fuzz test-template
+test: stack-up examples vet test-go test-pgbouncer test-fuzz test-template
+
+# The Python and Node.js examples' own dependencies, at the versions their
+# requirements.txt and package-lock.json pin, installed inside the project
+# (a virtualenv under .local, examples/node/node_modules); redone only when
+# those files change. examples/examples_test.go runs them under test-go.
+EXAMPLES_VENV := .local/venv-examples
+.PHONY: examples
+examples: $(EXAMPLES_VENV)/.installed examples/node/node_modules/.installed
+$(EXAMPLES_VENV)/.installed: examples/python/requirements.txt
+	rm -rf $(EXAMPLES_VENV)
+	python3 -m venv $(EXAMPLES_VENV)
+	$(EXAMPLES_VENV)/bin/pip install --quiet --disable-pip-version-check -r examples/python/requirements.txt
+	touch $@
+examples/node/node_modules/.installed: examples/node/package-lock.json
+	cd examples/node && npm ci --no-audit --no-fund
+	touch $@
 
 vet:
 	$(GO) vet ./...
@@ -64,7 +82,7 @@ test-go:
 # more, with the code under test reaching PostgreSQL through PgBouncer in
 # transaction mode (the local stand-in for RDS Proxy), as it must work with
 # no setting of its own.
-PGBOUNCER_PACKAGES := ./shared/fill ./shared/sweep ./shared/compensate ./functions/...
+PGBOUNCER_PACKAGES := ./shared/fill ./shared/sweep ./shared/compensate ./shared/prune ./shared/outbox ./functions/...
 test-pgbouncer:
 	$(WITH_STACK) OUTBOXKEEPER_TEST_VIA=pgbouncer $(GO) test -race -count=1 -p 1 -timeout 10m $(PGBOUNCER_PACKAGES)
 

@@ -26,6 +26,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
+	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -542,6 +543,8 @@ func load(short string, env map[string]string) (any, error) {
 		return config.Load[sweep.Config](lookup)
 	case "compensate":
 		return config.Load[compensate.Config](lookup)
+	case "prune":
+		return config.Load[prune.Config](lookup)
 	}
 	return nil, fmt.Errorf("unknown function %q: teach this test its configuration", short)
 }
@@ -607,7 +610,7 @@ func read(t *testing.T, path string) string {
 func TestTemplatePassesEveryCheck(t *testing.T) {
 	tpl := loadTemplate(t, read(t, templatePath))
 	makefile := read(t, makefilePath)
-	if got, want := tpl.functions(), []string{"CompensateFunction", "FillFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
+	if got, want := tpl.functions(), []string{"CompensateFunction", "FillFunction", "PruneFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("functions = %v, want %v", got, want)
 	}
 	for name, problems := range map[string][]string{

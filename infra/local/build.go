@@ -16,7 +16,7 @@ import (
 
 // Functions are the three function names, which are also their folders
 // under functions/.
-var Functions = []string{"fill", "sweep", "compensate"}
+var Functions = []string{"fill", "sweep", "compensate", "prune"}
 
 // BuildBootstraps builds functions/<fn> for the host into outDir/<fn>/bootstrap
 // (see rie.Build) and returns the paths by name.

@@ -24,7 +24,7 @@ func TestReadTemplateTakesTheDeployedSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, input := range map[string][]byte{"fill": tm.FillInput, "sweep": tm.SweepInput} {
+	for name, input := range map[string][]byte{"fill": tm.FillInput, "sweep": tm.SweepInput, "prune": tm.PruneInput} {
 		var doc map[string]any
 		if err := json.Unmarshal(input, &doc); err != nil {
 			t.Errorf("%s Input %q is not JSON: %v", name, input, err)
@@ -56,6 +56,12 @@ func TestReadTemplateTakesTheDeployedSettings(t *testing.T) {
 	}
 	if tm.SweepSchedule != time.Minute {
 		t.Errorf("SweepSchedule = %s, want the template's rate(1 minute)", tm.SweepSchedule)
+	}
+	if tm.PruneSchedule != time.Hour {
+		t.Errorf("prune schedule %s, want the template's rate(1 hour)", tm.PruneSchedule)
+	}
+	if got := tm.Env["prune"]["PRUNE_ACKED_AFTER"]; got != "24h" {
+		t.Errorf("prune's PRUNE_ACKED_AFTER from the template = %q, want its parameter default 24h", got)
 	}
 	if tm.FillConcurrency != 2 {
 		t.Errorf("FillConcurrency = %d, want 2 (the hand-over)", tm.FillConcurrency)

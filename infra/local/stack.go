@@ -31,7 +31,7 @@ type Options struct {
 	Schema             string
 	// QueueName names the report queue (and QueueName-dlq).
 	QueueName string
-	// ScheduleOverride, when set, invokes fill and sweep this often
+	// ScheduleOverride, when set, invokes fill, sweep and prune this often
 	// instead of on the template's schedules: a quicker look, not what a
 	// deployment does, and never the source of a documented figure.
 	ScheduleOverride time.Duration
@@ -148,33 +148,41 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	return s, nil
 }
 
-// Run plays EventBridge Scheduler for fill and sweep and the event source
-// mapping for compensate until ctx ends.
+// Run plays EventBridge Scheduler for fill, sweep and prune and the event
+// source mapping for compensate until ctx ends. Each schedule fires at
+// once and then every period, so even the hourly prune runs in a demo.
 func (s *Stack) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { Schedule(ctx, s.Fillers, s.Template.FillInput, s.FillEvery(), s.Observe) })
 	wg.Go(func() {
 		Schedule(ctx, []*Function{s.Functions["sweep"]}, s.Template.SweepInput, s.SweepEvery(), s.Observe)
 	})
+	wg.Go(func() {
+		Schedule(ctx, []*Function{s.Functions["prune"]}, s.Template.PruneInput, s.PruneEvery(), s.Observe)
+	})
 	wg.Go(func() { s.Mapping.Run(ctx) })
 	wg.Wait()
 }
 
-// FillEvery and SweepEvery are the periods Run invokes them with: the
+// FillEvery, SweepEvery and PruneEvery are the periods Run invokes them with: the
 // template's schedules unless ScheduleOverride says otherwise.
 func (s *Stack) FillEvery() time.Duration { return cmp.Or(s.ScheduleOverride, s.Template.FillSchedule) }
 func (s *Stack) SweepEvery() time.Duration {
 	return cmp.Or(s.ScheduleOverride, s.Template.SweepSchedule)
+}
+func (s *Stack) PruneEvery() time.Duration {
+	return cmp.Or(s.ScheduleOverride, s.Template.PruneSchedule)
 }
 
 // ScheduleNote says where the schedules come from, for the output of the
 // demo and of make up.
 func (s *Stack) ScheduleNote() string {
 	if s.ScheduleOverride > 0 {
-		return fmt.Sprintf("fill and sweep every %s: an override, not the template's schedules (fill %s, sweep %s)",
-			s.ScheduleOverride, s.Template.FillSchedule, s.Template.SweepSchedule)
+		return fmt.Sprintf("fill, sweep and prune every %s: an override, not the template's schedules (fill %s, sweep %s, prune %s)",
+			s.ScheduleOverride, s.Template.FillSchedule, s.Template.SweepSchedule, s.Template.PruneSchedule)
 	}
-	return fmt.Sprintf("fill every %s, sweep every %s: the template's schedules", s.Template.FillSchedule, s.Template.SweepSchedule)
+	return fmt.Sprintf("fill every %s, sweep every %s, prune every %s: the template's schedules",
+		s.Template.FillSchedule, s.Template.SweepSchedule, s.Template.PruneSchedule)
 }
 
 // Close stops every rie it started and closes the logs. Queues and the

@@ -20,10 +20,11 @@ type Template struct {
 	FunctionTimeout, FillTimeout time.Duration
 	// FunctionMemory and FillMemory are the MemorySize, in MB.
 	FunctionMemory, FillMemory int
-	// FillSchedule and SweepSchedule are the ScheduleV2 rates.
-	FillSchedule, SweepSchedule time.Duration
-	// FillInput and SweepInput are the ScheduleV2 events' Input.
-	FillInput, SweepInput []byte
+	// FillSchedule, SweepSchedule and PruneSchedule are the ScheduleV2
+	// rates.
+	FillSchedule, SweepSchedule, PruneSchedule time.Duration
+	// FillInput, SweepInput and PruneInput are the ScheduleV2 events' Input.
+	FillInput, SweepInput, PruneInput []byte
 	// FillConcurrency is the fill's ReservedConcurrentExecutions: how many
 	// of its passes may run at once (two, for the hand-over).
 	FillConcurrency int
@@ -72,6 +73,8 @@ func ReadTemplate(path string) (Template, error) {
 		FillConcurrency:   r.integer(append(fill, "ReservedConcurrentExecutions")...),
 		FillInput:         []byte(r.scalar("Resources", "FillFunction", "Properties", "Events", "EveryMinute", "Properties", "Input")),
 		SweepInput:        []byte(r.scalar("Resources", "SweepFunction", "Properties", "Events", "EveryMinute", "Properties", "Input")),
+		PruneSchedule:     r.rate("Resources", "PruneFunction", "Properties", "Events", "EveryHour", "Properties", "ScheduleExpression"),
+		PruneInput:        []byte(r.scalar("Resources", "PruneFunction", "Properties", "Events", "EveryHour", "Properties", "Input")),
 		VisibilityTimeout: r.seconds("Resources", "RollbackReportQueue", "Properties", "VisibilityTimeout"),
 		MaxReceiveCount:   r.integer("Resources", "RollbackReportQueue", "Properties", "RedrivePolicy", "maxReceiveCount"),
 		BatchSize:         r.integer("Resources", "CompensateFunction", "Properties", "Events", "RollbackReports", "Properties", "BatchSize"),
@@ -79,7 +82,7 @@ func ReadTemplate(path string) (Template, error) {
 		MaxConcurrency:    r.integer("Resources", "CompensateFunction", "Properties", "Events", "RollbackReports", "Properties", "ScalingConfig", "MaximumConcurrency"),
 	}
 	t.Env = map[string]map[string]string{}
-	for _, fn := range []string{"fill", "sweep", "compensate"} {
+	for _, fn := range Functions {
 		vars := map[string]string{}
 		r.variables(vars, "Globals", "Function", "Environment", "Variables")
 		r.variables(vars, "Resources", logicalID(fn), "Properties", "Environment", "Variables")

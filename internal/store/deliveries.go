@@ -308,3 +308,107 @@ func (s *DeliverySweep) Wake(ctx context.Context, q Querier, reset, stuckPending
 	}
 	return nil
 }
+
+// DeliveryPrune is the prune pass's SQL for <schema>.deliveries
+// (docs/design.md §6b): set-based deletes of acked and dead rows past their
+// retention. It sits with every other statement on the table.
+type DeliveryPrune struct {
+	delete string
+}
+
+// PruneDeliveriesTag starts the delete statement's text, so it can be
+// told apart in pg_stat_activity and pg_stat_statements.
+const PruneDeliveriesTag = "/* outboxkeeper prune_deliveries */"
+
+// NewDeliveryPrune renders the prune statement for schema.
+func NewDeliveryPrune(schema Schema) *DeliveryPrune {
+	t := schema.Table("deliveries")
+	// $3 and $4 are the acked and dead retentions in microseconds, NULL to
+	// keep those rows; $5 the shorter of the two that are set. Cutoffs are
+	// on the database clock, which stamped acked_at and dead_at.
+	ackedGone := `state = 'acked' AND $3::bigint IS NOT NULL AND acked_at < now() - $3::bigint * interval '1 microsecond'`
+	deadGone := `state = 'dead' AND $4::bigint IS NOT NULL AND dead_at < now() - $4::bigint * interval '1 microsecond'`
+	return &DeliveryPrune{
+		// One batch, one statement, its own transaction. Every secondary
+		// index covers open rows only, so old acked rows are found the
+		// way they were written, in id order:
+		//  - page: the next $2 ids after the cursor, through the primary
+		//    key. No lock: most of them are what gets deleted, and the
+		//    open ones among them belong to the relay.
+		//  - edge: the first of them created too recently to be past
+		//    either retention (a row is acked or dead after it was
+		//    created). created_at grows with the id (up to the length of
+		//    a transaction), so the pass stops there rather than read the
+		//    whole young tail of the table; a later pass moves on.
+		//  - doomed: acked or dead rows before the edge and past their
+		//    retention, re-checked and locked on their latest version, so
+		//    a row an operator moved back to pending since the page was
+		//    read is left alone (never an open delivery). SKIP LOCKED:
+		//    overlapping passes share the work and never wait.
+		//  - gone: the delete, through the primary key.
+		// It answers with what it deleted (acked, dead), the next cursor,
+		// and whether the table ended or the edge was reached.
+		delete: PruneDeliveriesTag + `
+			WITH page AS MATERIALIZED (
+				SELECT id, created_at FROM ` + t + `
+				WHERE id > $1
+				ORDER BY id
+				LIMIT $2
+			), edge AS (
+				SELECT min(id) AS id FROM page
+				WHERE created_at >= now() - $5::bigint * interval '1 microsecond'
+			), doomed AS (
+				SELECT d.id FROM ` + t + ` AS d
+				WHERE d.id = ANY (ARRAY(
+					SELECT p.id FROM page p, edge WHERE edge.id IS NULL OR p.id < edge.id))
+				  AND ((` + ackedGone + `) OR (` + deadGone + `))
+				FOR UPDATE SKIP LOCKED
+			), gone AS (
+				DELETE FROM ` + t + ` AS d
+				WHERE d.id = ANY (ARRAY(SELECT id FROM doomed))
+				RETURNING d.state
+			)
+			SELECT
+				(SELECT count(*) FROM gone WHERE state = 'acked'),
+				(SELECT count(*) FROM gone WHERE state = 'dead'),
+				coalesce((SELECT id - 1 FROM edge), (SELECT max(id) FROM page), $1),
+				(SELECT id IS NOT NULL FROM edge) OR (SELECT count(*) FROM page) < $2`,
+	}
+}
+
+// DeliveryPruneBatch is what one delete statement did.
+type DeliveryPruneBatch struct {
+	Acked, Dead int64 // rows deleted, by state
+	// Cursor is where the next batch starts (exclusive).
+	Cursor int64
+	// Done says the table ended, or the rows from Cursor on are too young.
+	Done bool
+}
+
+// Prune deletes, among the limit rows after cursor, those acked longer
+// than ackedAfter ago and dead longer than deadAfter ago (a negative
+// retention keeps them), in one statement. Open rows are never touched.
+func (p *DeliveryPrune) Prune(ctx context.Context, q Querier, cursor int64, ackedAfter, deadAfter time.Duration, limit int) (DeliveryPruneBatch, error) {
+	retention := func(d time.Duration) *int64 {
+		if d < 0 {
+			return nil
+		}
+		us := d.Microseconds()
+		return &us
+	}
+	acked, dead := retention(ackedAfter), retention(deadAfter)
+	var shortest *int64
+	for _, r := range []*int64{acked, dead} {
+		if r != nil && (shortest == nil || *r < *shortest) {
+			shortest = r
+		}
+	}
+	var b DeliveryPruneBatch
+	if shortest == nil {
+		return DeliveryPruneBatch{Cursor: cursor, Done: true}, nil
+	}
+	if err := q.QueryRow(ctx, p.delete, cursor, limit, acked, dead, *shortest).Scan(&b.Acked, &b.Dead, &b.Cursor, &b.Done); err != nil {
+		return DeliveryPruneBatch{}, fmt.Errorf("prune deliveries after id %d (limit %d): %w", cursor, limit, err)
+	}
+	return b, nil
+}

@@ -50,13 +50,12 @@ func NewEvents(schema Schema) *Events {
 		// The xid is read back in the same statement (publish_batch has
 		// assigned it by then) so the caller can report a rollback exactly.
 		publish: `SELECT s, pg_current_xact_id() FROM ` + schema.Table("publish_batch") + `($1, $2::jsonb[], $3) AS s`,
-		// Rows after the cursor up to, never past, the first missing
-		// sequence: in a contiguous run sequence - row_number() is constant,
-		// so the first row where it drifts is the first gap.
+		// <schema>.read_events (infra/sql/0007) is the read side for
+		// every language: rows after the cursor up to, never past, the
+		// first missing sequence above the fill watermark. The planner
+		// inlines it into one index range scan.
 		readContiguous: `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
-			FROM (SELECT *, sequence - row_number() OVER (ORDER BY sequence) AS drift
-			      FROM (SELECT * FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2) page) numbered
-			WHERE drift = $1 ORDER BY sequence`,
+			FROM ` + schema.Table("read_events") + `($1, $2)`,
 		readPage: `SELECT sequence FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2`,
 		head:     `SELECT ` + schema.Table("allocation_head") + `()`,
 		lowest:   `SELECT coalesce(min(sequence), 0) FROM ` + t,
@@ -182,4 +181,134 @@ func (e *Events) InsertPlaceholders(ctx context.Context, q Querier, sequences []
 		return Written{}, fmt.Errorf("insert %d placeholders: %w", len(sequences), err)
 	}
 	return w, nil
+}
+
+// MaxRead is the most events one read_events call returns, whatever it
+// is asked for: one call is always a bounded amount of work.
+const MaxRead = 10000
+
+// EventPrune is the prune pass's SQL for <schema>.events (docs/design.md
+// §6b): what bounds it, and set-based deletes of the oldest events.
+type EventPrune struct {
+	bound  string
+	delete string
+}
+
+// PruneEventsTag starts the delete statement's text, so it can be told
+// apart in pg_stat_activity and pg_stat_statements.
+const PruneEventsTag = "/* outboxkeeper prune_events */"
+
+// NewEventPrune renders the prune statements for schema.
+func NewEventPrune(schema Schema) *EventPrune {
+	t := schema.Table("events")
+	// upto is the highest sequence prune may ever delete: the fill
+	// watermark (above it a missing sequence may still be committed, and
+	// read_events would stop before it rather than pass over it) and the
+	// slowest registered consumer's position (pruning never takes an event
+	// someone still reads). An unstarted fill has watermark 0: nothing.
+	upto := `least(
+			coalesce((SELECT max(watermark) FROM ` + schema.Table("fill_state") + `), 0),
+			coalesce((SELECT min(position) FROM ` + schema.Table("consumers") + `), 9223372036854775807))`
+	return &EventPrune{
+		// What bounds a pass, for its response: the watermark and the
+		// slowest consumer (the first by position, then name).
+		bound: `SELECT coalesce((SELECT max(watermark) FROM ` + schema.Table("fill_state") + `), 0),
+				c.name, c.position
+			FROM (SELECT 1) one
+			LEFT JOIN LATERAL (SELECT name, position FROM ` + schema.Table("consumers") + `
+				ORDER BY position, name LIMIT 1) c ON true`,
+		// One batch, one statement, its own transaction:
+		//  - upto is read here, in the delete's own snapshot, not once per
+		//    pass: a position or a watermark read earlier could only be
+		//    lower (both only grow), but reading it here costs nothing
+		//    and a consumer registered since the pass began is honoured.
+		//  - page: the next $2 sequences after the cursor in index order,
+		//    at or below upto: one range scan of the primary key.
+		//  - young: the first of them recorded too recently. Prune takes a
+		//    prefix, in sequence order, and stops there: recorded_at grows
+		//    with the sequence (up to the length of a transaction), so
+		//    searching on past it would read the whole young tail of the
+		//    table for nothing. A later pass moves on once it has aged.
+		//  - gone: the delete, through the primary key, of rows another
+		//    pass does not hold (SKIP LOCKED: overlapping passes share the
+		//    work, each row deleted once, nobody waits).
+		// It answers with the count deleted, the last sequence the page
+		// covered (the next batch's cursor) and whether the prefix ended
+		// (a young row, or fewer than $2 rows up to upto).
+		delete: PruneEventsTag + `
+			WITH page AS MATERIALIZED (
+				SELECT sequence, recorded_at FROM ` + t + `
+				WHERE sequence > $1 AND sequence <= ` + upto + `
+				ORDER BY sequence
+				LIMIT $2
+			), young AS (
+				SELECT min(sequence) AS sequence FROM page
+				WHERE recorded_at >= now() - $3::bigint * interval '1 microsecond'
+			), doomed AS (
+				SELECT e.sequence FROM ` + t + ` AS e
+				WHERE e.sequence = ANY (ARRAY(
+					SELECT p.sequence FROM page p, young
+					WHERE young.sequence IS NULL OR p.sequence < young.sequence))
+				FOR UPDATE SKIP LOCKED
+			), gone AS (
+				DELETE FROM ` + t + ` AS e
+				WHERE e.sequence = ANY (ARRAY(SELECT sequence FROM doomed))
+				RETURNING e.sequence
+			)
+			SELECT
+				(SELECT count(*) FROM gone),
+				coalesce((SELECT sequence - 1 FROM young), (SELECT max(sequence) FROM page), $1),
+				(SELECT sequence IS NOT NULL FROM young) OR (SELECT count(*) FROM page) < $2`,
+	}
+}
+
+// PruneBound is what bounds an event prune pass.
+type PruneBound struct {
+	Watermark int64
+	// Slowest is the registered consumer with the lowest position, nil
+	// when none is registered.
+	Slowest *ConsumerPosition
+}
+
+// Upto is the highest sequence prune may delete.
+func (b PruneBound) Upto() int64 {
+	if b.Slowest != nil && b.Slowest.Position < b.Watermark {
+		return b.Slowest.Position
+	}
+	return b.Watermark
+}
+
+// Bound reads the watermark and the slowest consumer.
+func (p *EventPrune) Bound(ctx context.Context, q Querier) (PruneBound, error) {
+	var b PruneBound
+	var name *string
+	var position *int64
+	if err := q.QueryRow(ctx, p.bound).Scan(&b.Watermark, &name, &position); err != nil {
+		return PruneBound{}, fmt.Errorf("read the prune bound: %w", err)
+	}
+	if name != nil && position != nil {
+		b.Slowest = &ConsumerPosition{Name: *name, Position: *position}
+	}
+	return b, nil
+}
+
+// PruneBatch is what one delete statement did.
+type PruneBatch struct {
+	Deleted int64
+	// Cursor is where the next batch starts (exclusive).
+	Cursor int64
+	// Done says nothing more can go now: the prefix ended at a row too
+	// young, or at the bound.
+	Done bool
+}
+
+// Prune deletes up to limit events after cursor recorded longer than
+// olderThan ago, in sequence order, never above the fill watermark nor
+// the slowest registered consumer, in one statement.
+func (p *EventPrune) Prune(ctx context.Context, q Querier, cursor int64, olderThan time.Duration, limit int) (PruneBatch, error) {
+	var b PruneBatch
+	if err := q.QueryRow(ctx, p.delete, cursor, limit, olderThan.Microseconds()).Scan(&b.Deleted, &b.Cursor, &b.Done); err != nil {
+		return PruneBatch{}, fmt.Errorf("prune events after %d (limit %d): %w", cursor, limit, err)
+	}
+	return b, nil
 }

@@ -1,5 +1,5 @@
 // Package config reads the outboxkeeper environment once, at init, into the
-// configs the passes own (fill.Config, sweep.Config, compensate.Config,
+// configs the passes own (fill.Config, sweep.Config, compensate.Config, prune.Config,
 // with Load) and the database login (LoadDatabase). It only parses: each pass's Config.Validate decides
 // what is acceptable, and this package returns its complaint naming the
 // variable and the value, so a bad deployment fails before the first
@@ -65,11 +65,11 @@ const DefaultSchema = store.DefaultSchema
 // Variable describes one environment variable the configuration reads.
 type Variable struct {
 	Name string
-	// UsedBy lists the functions that read it: "fill", "sweep", "compensate".
+	// UsedBy lists the functions that read it: "fill", "sweep", "compensate", "prune".
 	UsedBy []string
 }
 
-var all = []string{"fill", "sweep", "compensate"}
+var all = []string{"fill", "sweep", "compensate", "prune"}
 
 // Variables lists every variable read here, for the template tests and docs.
 func Variables() []Variable {
@@ -94,6 +94,11 @@ func Variables() []Variable {
 		{"COMPENSATE_MAX_DEFERRALS", []string{"compensate"}},
 		{"COMPENSATE_RETRY_ATTEMPTS", []string{"compensate"}},
 		{"COMPENSATE_RETRY_INTERVAL", []string{"compensate"}},
+		{"PRUNE_ACKED_AFTER", []string{"prune"}},
+		{"PRUNE_DEAD_AFTER", []string{"prune"}},
+		{"PRUNE_EVENTS_AFTER", []string{"prune"}},
+		{"PRUNE_BATCH_LIMIT", []string{"prune"}},
+		{"PRUNE_PASS_BUDGET", []string{"prune"}},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	compensatepkg "github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
+	prunepkg "github.com/outboxkeeper/outboxkeeper/shared/prune"
 	sweeppkg "github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -38,6 +39,13 @@ func TestLoadDefaults(t *testing.T) {
 	if sweep != (sweeppkg.Config{Schema: "outbox", StuckAfter: 60 * time.Second, BatchLimit: 1000, MaxRedeliveries: 10, PassBudget: 20 * time.Second}) {
 		t.Fatalf("sweep = %+v", sweep)
 	}
+	pr, err := Load[prunepkg.Config](env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr != (prunepkg.Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: prunepkg.Keep, BatchLimit: 5000, PassBudget: 20 * time.Second}) {
+		t.Fatalf("prune = %+v", pr)
+	}
 	comp, err := Load[compensatepkg.Config](env)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +64,7 @@ func TestEveryVariable(t *testing.T) {
 		fill fillpkg.Config
 		sw   sweeppkg.Config
 		comp compensatepkg.Config
+		pr   prunepkg.Config
 	}
 	load := func(vars map[string]string) (loaded, error) {
 		env := FromMap(vars)
@@ -69,6 +78,8 @@ func TestEveryVariable(t *testing.T) {
 		l.sw, err = Load[sweeppkg.Config](env)
 		errs = append(errs, err)
 		l.comp, err = Load[compensatepkg.Config](env)
+		errs = append(errs, err)
+		l.pr, err = Load[prunepkg.Config](env)
 		errs = append(errs, err)
 		return l, errors.Join(errs...)
 	}
@@ -98,6 +109,11 @@ func TestEveryVariable(t *testing.T) {
 		{"COMPENSATE_MAX_DEFERRALS", "7", func(l loaded) bool { return l.comp.MaxDeferrals == 7 }, []string{"0"}},
 		{"COMPENSATE_RETRY_ATTEMPTS", "0", func(l loaded) bool { return l.comp.RetryAttempts == compensatepkg.None }, []string{"-1", "101", "two"}},
 		{"COMPENSATE_RETRY_INTERVAL", "100ms", func(l loaded) bool { return l.comp.RetryInterval == 100*time.Millisecond }, []string{"-5ms", "fast"}},
+		{"PRUNE_ACKED_AFTER", "0", func(l loaded) bool { return l.pr.AckedAfter == prunepkg.Keep }, []string{"500ms", "a day"}},
+		{"PRUNE_DEAD_AFTER", "720h", func(l loaded) bool { return l.pr.DeadAfter == 720*time.Hour }, []string{"-1h", "week"}},
+		{"PRUNE_EVENTS_AFTER", "2160h", func(l loaded) bool { return l.pr.EventsAfter == 2160*time.Hour }, []string{"1ms", "90d"}},
+		{"PRUNE_BATCH_LIMIT", "200", func(l loaded) bool { return l.pr.BatchLimit == 200 }, []string{"0", "100001"}},
+		{"PRUNE_PASS_BUDGET", "10s", func(l loaded) bool { return l.pr.PassBudget == 10*time.Second }, []string{"0s", "50ms"}},
 	}
 	listed := map[string]bool{}
 	for _, v := range Variables() {
@@ -182,7 +198,7 @@ func TestDatabaseSourceRules(t *testing.T) {
 // login read: every `env` tag is listed for its function, and nothing else.
 func TestVariablesAreThePassConfigsTags(t *testing.T) {
 	tagged := map[string][]string{}
-	for fn, cfg := range map[string]any{"fill": fillpkg.Config{}, "sweep": sweeppkg.Config{}, "compensate": compensatepkg.Config{}} {
+	for fn, cfg := range map[string]any{"fill": fillpkg.Config{}, "sweep": sweeppkg.Config{}, "compensate": compensatepkg.Config{}, "prune": prunepkg.Config{}} {
 		typ := reflect.TypeOf(cfg)
 		for i := range typ.NumField() {
 			if tag, ok := typ.Field(i).Tag.Lookup("env"); ok {

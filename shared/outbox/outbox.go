@@ -83,7 +83,7 @@ type RollbackReporter interface {
 // DB is a pool or a connection: what the Outbox runs its own statements on.
 type DB interface {
 	store.Querier
-	Begin(ctx context.Context) (pgx.Tx, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
 // Options configure an Outbox.
@@ -134,34 +134,57 @@ func New(db DB, opts Options) (*Outbox, error) {
 	}, nil
 }
 
+// Headers are an event's headers (events.headers, a JSON object). Given
+// among Publish's payloads, a Headers value is not a payload: it is the
+// headers of every event of that call (at most one per call).
+//
+//	tx.Publish(ctx, "order.placed", order, outbox.Headers{"trace_id": traceID})
+type Headers map[string]any
+
 // Publish records one event per payload in tx, in one round trip, and
 // returns their sequences in order. The transaction gets its xid before
 // any sequence is allocated, and the xid is stored in each row (docs/design.md
 // §3.1). A payload is marshalled to JSON unless it is already []byte or
-// json.RawMessage.
+// json.RawMessage; an outbox.Headers argument sets the events' headers.
 //
-// Use Tx.Publish inside InTx instead when a rollback should be reported.
+// Use Tx.Publish (inside InTx, or on a transaction given to Wrap) instead
+// when a rollback should be reported.
 func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, topic string, payloads ...any) ([]int64, error) {
 	seqs, _, err := o.publish(ctx, tx, topic, payloads)
 	return seqs, err
 }
 
-func (o *Outbox) publish(ctx context.Context, q store.Querier, topic string, payloads []any) ([]int64, uint64, error) {
+func (o *Outbox) publish(ctx context.Context, q store.Querier, topic string, args []any) ([]int64, uint64, error) {
 	if topic == "" {
 		return nil, 0, errors.New("outbox: publish: empty topic")
 	}
-	if len(payloads) == 0 {
+	var headers []byte
+	docs := make([][]byte, 0, len(args))
+	for _, a := range args {
+		if h, ok := a.(Headers); ok {
+			if h == nil {
+				continue // no headers, as if none were given
+			}
+			if headers != nil {
+				return nil, 0, fmt.Errorf("outbox: publish to %s: more than one outbox.Headers", topic)
+			}
+			doc, err := json.Marshal(h)
+			if err != nil {
+				return nil, 0, fmt.Errorf("outbox: publish to %s: headers: %w", topic, err)
+			}
+			headers = doc
+			continue
+		}
+		doc, err := toJSON(a)
+		if err != nil {
+			return nil, 0, fmt.Errorf("outbox: publish to %s: payload %d: %w", topic, len(docs), err)
+		}
+		docs = append(docs, doc)
+	}
+	if len(docs) == 0 {
 		return nil, 0, errors.New("outbox: publish: no payloads")
 	}
-	docs := make([][]byte, len(payloads))
-	for i, p := range payloads {
-		doc, err := toJSON(p)
-		if err != nil {
-			return nil, 0, fmt.Errorf("outbox: publish to %s: payload %d: %w", topic, i, err)
-		}
-		docs[i] = doc
-	}
-	return o.events.Publish(ctx, q, topic, docs, nil)
+	return o.events.Publish(ctx, q, topic, docs, headers)
 }
 
 func toJSON(p any) ([]byte, error) {

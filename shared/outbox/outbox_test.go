@@ -16,7 +16,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 )
 
-func newOutbox(t *testing.T, db *testdb.DB, opts outbox.Options) *outbox.Outbox {
+func newOutbox(t testing.TB, db *testdb.DB, opts outbox.Options) *outbox.Outbox {
 	t.Helper()
 	ob, err := outbox.New(db.Pool, opts)
 	if err != nil {

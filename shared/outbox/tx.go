@@ -12,9 +12,10 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
-// Tx is a transaction run by InTx. It records the sequences it allocates so
-// that, if it does not commit, they can be reported at once instead of
-// waiting for the fill function's grace and proof.
+// Tx is a transaction whose published sequences are tracked: one run by
+// InTx, or one the application began itself and handed to Wrap. If it
+// does not commit, its sequences are reported at once (with its xid)
+// instead of waiting for the fill function's grace and proof.
 type Tx struct {
 	pgx.Tx
 	o     *Outbox
@@ -22,12 +23,98 @@ type Tx struct {
 	// mine are the sequences allocated at this level (the top level or one
 	// savepoint); they move to state.abandoned if this level rolls back.
 	mine []int64
+	// savepoint: this is the Tx a Savepoint function is handed; it ends
+	// when that function returns, not by Commit or Rollback.
+	savepoint bool
 }
 
 type txState struct {
 	xid       uint64
 	hasXID    bool
 	abandoned []int64 // rolled back with a savepoint, inside a tx that may commit
+	ended     bool    // Commit or Rollback ran: nothing more to report
+}
+
+// Wrap tracks a transaction the application began itself (with its own
+// options, through its own pool or connection): publish with the returned
+// Tx, then end it with its Commit or Rollback, which report what did not
+// commit exactly as InTx does. XID says the transaction's id once
+// something was published, for an application that reports by itself.
+//
+//	pgxTx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+//	tx := ob.Wrap(pgxTx)
+//	defer tx.Rollback(ctx) // a no-op after Commit
+//	seqs, err := tx.Publish(ctx, "order.placed", order)
+//	...
+//	return tx.Commit(ctx)
+func (o *Outbox) Wrap(tx pgx.Tx) *Tx {
+	return &Tx{Tx: tx, o: o, state: &txState{}}
+}
+
+// XID is the transaction's id (pg_current_xact_id()) and true once Publish
+// has run in it; a rollback report carries it (docs/design.md §3.4).
+func (t *Tx) XID() (uint64, bool) { return t.state.xid, t.state.hasXID }
+
+// Sequences are the sequences published in this transaction that are
+// still meant to commit (not rolled back with a savepoint), in order.
+func (t *Tx) Sequences() []int64 { return slices.Clone(t.mine) }
+
+// errSavepointEnds: a savepoint's Tx is ended by its Savepoint function.
+var errSavepointEnds = errors.New("outbox: a savepoint ends when its Savepoint function returns")
+
+// Commit commits the transaction. If COMMIT fails, every sequence it
+// published is reported, and the report's failure (if any) is joined to
+// the error. After a successful commit, sequences rolled back with a
+// savepoint are reported; a failure of that report is only logged (an
+// error would say "not committed"). Calling Commit or Rollback again
+// returns pgx.ErrTxClosed and reports nothing.
+func (t *Tx) Commit(ctx context.Context) error {
+	if t.savepoint {
+		return errSavepointEnds
+	}
+	if t.state.ended {
+		return pgx.ErrTxClosed
+	}
+	t.state.ended = true
+	if err := t.Tx.Commit(ctx); err != nil {
+		return errors.Join(fmt.Errorf("outbox: commit: %w", err), t.reportAbandoned(true))
+	}
+	// The xid is committed, so compensate fills exactly what is missing.
+	// Nothing is lost if the report fails: the fill function proves and
+	// fills the gap after its grace.
+	if rerr := t.reportAbandoned(false); rerr != nil {
+		t.o.log.Warn("outbox: rollback report failed after commit; the fill function will fill the gap", "error", rerr)
+	}
+	return nil
+}
+
+// Rollback rolls the transaction back and reports every sequence it
+// published; the report's failure is joined to the rollback's error. After
+// Commit it is a no-op returning pgx.ErrTxClosed, as pgx's is, so `defer
+// tx.Rollback(ctx)` is safe.
+func (t *Tx) Rollback(ctx context.Context) error {
+	if t.savepoint {
+		return errSavepointEnds
+	}
+	if t.state.ended {
+		return pgx.ErrTxClosed
+	}
+	t.state.ended = true
+	err := t.Tx.Rollback(context.WithoutCancel(ctx))
+	if err != nil {
+		err = fmt.Errorf("outbox: rollback: %w", err)
+	}
+	return errors.Join(err, t.reportAbandoned(true))
+}
+
+// reportAbandoned reports the savepoint-abandoned sequences, and with all
+// the ones this level published too.
+func (t *Tx) reportAbandoned(all bool) error {
+	seqs := t.state.abandoned
+	if all {
+		seqs = append(slices.Clone(t.mine), seqs...)
+	}
+	return t.o.report(t.state, seqs)
 }
 
 // Publish is Outbox.Publish, remembered for a rollback report.
@@ -49,7 +136,7 @@ func (t *Tx) Savepoint(ctx context.Context, fn func(ctx context.Context, tx *Tx)
 	if err != nil {
 		return fmt.Errorf("outbox: savepoint: %w", err)
 	}
-	child := &Tx{Tx: sp, o: t.o, state: t.state}
+	child := &Tx{Tx: sp, o: t.o, state: t.state, savepoint: true}
 	defer func() {
 		if p := recover(); p != nil {
 			_ = sp.Rollback(ctx)
@@ -77,7 +164,9 @@ func (t *Tx) Savepoint(ctx context.Context, fn func(ctx context.Context, tx *Tx)
 // the rollback), so it gets its own short deadline.
 const reportTimeout = 5 * time.Second
 
-// InTx runs fn in a transaction and commits it when fn returns nil.
+// InTx runs fn in a transaction and commits it when fn returns nil. opts,
+// at most one, are the transaction's options (isolation level, read
+// only, deferrable), as pgx's BeginTx takes them.
 //
 // When the transaction does not commit after sequences were allocated — fn
 // returned an error, fn panicked, or COMMIT failed — those sequences are
@@ -89,47 +178,34 @@ const reportTimeout = 5 * time.Second
 // truth have committed (a dropped connection); reporting is still safe,
 // because the compensate function checks the xid's status and never writes
 // over a row that exists.
-func (o *Outbox) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) (err error) {
-	ptx, err := o.db.Begin(ctx)
+func (o *Outbox) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) error, opts ...pgx.TxOptions) (err error) {
+	if len(opts) > 1 {
+		return errors.New("outbox: InTx takes at most one pgx.TxOptions")
+	}
+	var txOpts pgx.TxOptions
+	if len(opts) == 1 {
+		txOpts = opts[0]
+	}
+	ptx, err := o.db.BeginTx(ctx, txOpts)
 	if err != nil {
 		return fmt.Errorf("outbox: begin: %w", err)
 	}
-	tx := &Tx{Tx: ptx, o: o, state: &txState{}}
-	committed := false
+	tx := o.Wrap(ptx)
 	defer func() {
-		p := recover()
-		if p == nil && committed {
-			// Savepoint rollbacks inside a committed transaction: the xid
-			// is committed, so compensate fills exactly what is missing.
-			// A failed report is only logged: returning it would make a
-			// committed transaction look failed, and a caller that retries
-			// on error would publish everything again. Nothing is lost —
-			// the fill function proves and fills the gap after its grace.
-			if rerr := o.report(tx.state, tx.state.abandoned); rerr != nil {
-				o.log.Warn("outbox: rollback report failed after commit; the fill function will fill the gap", "error", rerr)
-			}
-			return
-		}
-		if !committed {
-			_ = ptx.Rollback(context.WithoutCancel(ctx))
-		}
-		rerr := o.report(tx.state, append(slices.Clone(tx.mine), tx.state.abandoned...))
-		if p != nil {
-			if rerr != nil {
+		if p := recover(); p != nil {
+			if rerr := tx.Rollback(ctx); rerr != nil {
 				o.log.Error("outbox: rollback report failed while a panic unwinds", "error", rerr)
 			}
 			panic(p)
 		}
-		err = errors.Join(err, rerr)
 	}()
 	if err := fn(ctx, tx); err != nil {
+		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
+			return errors.Join(err, rerr)
+		}
 		return err
 	}
-	if err := ptx.Commit(ctx); err != nil {
-		return fmt.Errorf("outbox: commit: %w", err)
-	}
-	committed = true
-	return nil
+	return tx.Commit(ctx)
 }
 
 // report sends one rollback report; nil when there is nothing to report or

@@ -81,9 +81,9 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	}
 	defer stack.Close()
 	defer stack.Queues.Delete(context.WithoutCancel(ctx), stack.SQS)
-	fmt.Fprintf(out, "  database   %s\n  queue      %s\n  functions  fill %s, sweep %s, compensate %s\n  logs       %s\n",
+	fmt.Fprintf(out, "  database   %s\n  queue      %s\n  functions  fill %s, sweep %s, compensate %s, prune %s\n  logs       %s\n",
 		stack.DatabaseURL, stack.Queues.URL, stack.Functions["fill"].URL, stack.Functions["sweep"].URL,
-		stack.Functions["compensate"].URL, stack.LogDir)
+		stack.Functions["compensate"].URL, stack.Functions["prune"].URL, stack.LogDir)
 	fmt.Fprintf(out, "  schedule   %s; compensate from SQS (batch %d, window %s, %d at once)\n",
 		stack.ScheduleNote(), stack.Template.BatchSize, stack.Template.BatchingWindow, len(stack.Compensators))
 	fillCfg, err := config.Load[fill.Config](config.FromMap(stack.FunctionEnv("fill")))

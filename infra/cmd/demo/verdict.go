@@ -100,8 +100,8 @@ func (o outcome) checks() []local.Check {
 		failedInv += n
 	}
 	add("function invocations succeeded", failedInv == 0,
-		"fill %d, sweep %d, compensate %d invocations; %d failed",
-		o.invocations["fill"], o.invocations["sweep"], o.invocations["compensate"], failedInv)
+		"fill %d, sweep %d, compensate %d, prune %d invocations; %d failed",
+		o.invocations["fill"], o.invocations["sweep"], o.invocations["compensate"], o.invocations["prune"], failedInv)
 	detail := "none"
 	if o.errCount > 0 {
 		detail = fmt.Sprintf("%d, first: %v", o.errCount, o.errs)

@@ -1,0 +1,39 @@
+// Command prune is the prune Lambda function: on a schedule, one retention
+// pass that deletes acked and dead deliveries and old events, never past
+// a registered consumer. Wiring only; the logic is shared/prune.
+package main
+
+import (
+	"context"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/prune"
+)
+
+func main() {
+	logger := logging.Setup()
+	env := config.Environment()
+	dbConfig, err := config.LoadDatabase(env)
+	if err != nil {
+		logging.InitFailed(logger, "prune", "load database configuration", err)
+	}
+	pruneConfig, err := config.Load[prune.Config](env)
+	if err != nil {
+		logging.InitFailed(logger, "prune", "load prune configuration", err)
+	}
+	// The pool outlives invocations of a warm environment; it dials lazily.
+	pool, err := pg.NewPool(context.Background(), dbConfig, pg.Options{ApplicationName: "outboxkeeper-prune"})
+	if err != nil {
+		logging.InitFailed(logger, "prune", "open database pool", err)
+	}
+	svc, err := prune.New(pool, pruneConfig, prune.Options{Logger: logger, Metrics: metrics.New("prune")})
+	if err != nil {
+		logging.InitFailed(logger, "prune", "build prune service", err)
+	}
+	lambda.Start(svc.Handle)
+}

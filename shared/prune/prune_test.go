@@ -1,0 +1,443 @@
+package prune_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/prune"
+)
+
+// ---- helpers ---------------------------------------------------------------
+
+// templateConfig is the template's settings (the defaults) with events
+// pruned after a day, which the template leaves to the operator.
+func templateConfig(mut ...func(*prune.Config)) prune.Config {
+	c := prune.Config{Schema: testdb.Schema, EventsAfter: 24 * time.Hour}
+	for _, m := range mut {
+		m(&c)
+	}
+	return c
+}
+
+func newPruner(t testing.TB, db store.DB, cfg prune.Config) *prune.Service {
+	t.Helper()
+	s, err := prune.New(db, cfg, prune.Options{})
+	if err != nil {
+		t.Fatalf("prune.New: %v", err)
+	}
+	return s
+}
+
+func run(t testing.TB, s *prune.Service) *prune.Result {
+	t.Helper()
+	res, err := s.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("RunOnce: %v (partial %s)", err, res)
+	}
+	return res
+}
+
+func exec(t testing.TB, q store.Querier, sql string, args ...any) pgconn.CommandTag {
+	t.Helper()
+	tag, err := q.Exec(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return tag
+}
+
+func scalar[T any](t testing.TB, q store.Querier, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// seedDeliveries inserts n rows of one shape: state, created ago, and its
+// acked_at / dead_at / delivered_at ago (0: NULL), returning nothing; the
+// recipient names the shape, so a test counts what is left by it.
+func seedDeliveries(t testing.TB, db *testdb.DB, shape, state string, n int, created, acked, dead, delivered time.Duration) {
+	t.Helper()
+	ago := func(d time.Duration) any {
+		if d == 0 {
+			return nil
+		}
+		return d.Microseconds()
+	}
+	exec(t, db.Pool, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, created_at, acked_at, dead_at, delivered_at)
+		SELECT $1, 'work', '\x00'::bytea, $2, 1,
+			now() - $4::bigint * interval '1 microsecond',
+			now() - $5::bigint * interval '1 microsecond',
+			now() - $6::bigint * interval '1 microsecond',
+			now() - $7::bigint * interval '1 microsecond'
+		FROM generate_series(1, $3)`, shape, state, n, created.Microseconds(), ago(acked), ago(dead), ago(delivered))
+}
+
+func left(t testing.TB, db *testdb.DB, shape string) int64 {
+	t.Helper()
+	return scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE recipient = $1`, shape)
+}
+
+// seedEvents writes real events 1..n recorded `ago` in the past, with the
+// sequence moved past them, as publish would have.
+func seedEvents(t testing.TB, db *testdb.DB, from, to int64, ago time.Duration) {
+	t.Helper()
+	exec(t, db.Pool, `INSERT INTO outbox.events (sequence, xid, topic, payload, recorded_at)
+		SELECT g, '5'::xid8, 'seeded', '{}', now() - $3::bigint * interval '1 microsecond'
+		FROM generate_series($1::bigint, $2::bigint) g`, from, to, ago.Microseconds())
+	exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', GREATEST($1::bigint, (SELECT last_value FROM outbox.events_sequence_seq)))`, to)
+}
+
+func setWatermark(t testing.TB, db *testdb.DB, w int64) {
+	t.Helper()
+	exec(t, db.Pool, `UPDATE outbox.fill_state SET started = true, watermark = $1`, w)
+}
+
+func eventsLeft(t testing.TB, db *testdb.DB) (n, lowest int64) {
+	t.Helper()
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*), coalesce(min(sequence), 0) FROM outbox.events`).Scan(&n, &lowest); err != nil {
+		t.Fatal(err)
+	}
+	return n, lowest
+}
+
+const day = 24 * time.Hour
+
+// ---- deliveries -----------------------------------------------------------------
+
+// Acked rows past PRUNE_ACKED_AFTER and dead rows past PRUNE_DEAD_AFTER go;
+// younger ones stay; open rows stay however old they are and whatever
+// timestamps they carry (an operator's retry moves a dead row back to
+// pending, and a row may have been acked once in a test or a migration).
+func TestPruneDeletesAckedAndDeadPastRetentionNeverOpen(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDeliveries(t, db, "acked-old", "acked", 30, 3*day, 2*day, 0, 2*day)
+	seedDeliveries(t, db, "acked-young", "acked", 7, 3*day, time.Hour, 0, time.Hour)
+	seedDeliveries(t, db, "dead-old", "dead", 5, 10*day, 0, 8*day, 9*day)
+	seedDeliveries(t, db, "dead-young", "dead", 4, 10*day, 0, 6*day, 9*day)
+	seedDeliveries(t, db, "pending-old", "pending", 3, 30*day, 0, 20*day, 0)
+	seedDeliveries(t, db, "delivered-old", "delivered", 2, 30*day, 0, 20*day, 29*day)
+	seedDeliveries(t, db, "pending-new", "pending", 2, time.Minute, 0, 0, 0)
+
+	res := run(t, newPruner(t, db.Pool, templateConfig()))
+
+	if res.DeletedAcked != 30 {
+		t.Errorf("deleted_acked = %d, want 30", res.DeletedAcked)
+	}
+	if res.DeletedDead != 5 {
+		t.Errorf("deleted_dead = %d, want 5", res.DeletedDead)
+	}
+	if res.DeletedDeliveries != 35 {
+		t.Errorf("deleted_deliveries = %d, want 35", res.DeletedDeliveries)
+	}
+	for shape, want := range map[string]int64{"acked-old": 0, "acked-young": 7, "dead-old": 0, "dead-young": 4,
+		"pending-old": 3, "delivered-old": 2, "pending-new": 2} {
+		if got := left(t, db, shape); got != want {
+			t.Errorf("%s rows left = %d, want %d", shape, got, want)
+		}
+	}
+}
+
+// PRUNE_DEAD_AFTER=0 keeps dead rows forever; acked ones still go.
+func TestPruneKeepsDeadWhenTold(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
+	seedDeliveries(t, db, "dead-ancient", "dead", 4, 400*day, 0, 399*day, 399*day)
+	res := run(t, newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.DeadAfter = prune.Keep })))
+	if res.DeletedDead != 0 {
+		t.Errorf("deleted_dead = %d, want 0", res.DeletedDead)
+	}
+	if got := left(t, db, "dead-ancient"); got != 4 {
+		t.Errorf("dead rows left = %d, want 4", got)
+	}
+	if got := left(t, db, "acked-old"); got != 0 {
+		t.Errorf("old acked rows left = %d, want 0", got)
+	}
+}
+
+// A second pass over what the first left finds nothing: each row goes once.
+func TestSecondPruneDeletesNothing(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDeliveries(t, db, "acked-old", "acked", 12, 3*day, 2*day, 0, 2*day)
+	s := newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.BatchLimit = 5 }))
+	if first := run(t, s); first.DeletedDeliveries != 12 {
+		t.Fatalf("first pass deleted %d, want 12", first.DeletedDeliveries)
+	}
+	if second := run(t, s); second.DeletedDeliveries != 0 {
+		t.Errorf("second pass deleted %d, want 0", second.DeletedDeliveries)
+	}
+	if passes := scalar[int64](t, db.Pool, `SELECT passes FROM outbox.prune_state`); passes != 2 {
+		t.Errorf("prune_state.passes = %d, want 2", passes)
+	}
+	if total := scalar[int64](t, db.Pool, `SELECT deleted_deliveries_total FROM outbox.prune_state`); total != 12 {
+		t.Errorf("prune_state.deleted_deliveries_total = %d, want 12", total)
+	}
+}
+
+// The pass stops at the first row too young to be past any retention and
+// does not read the young tail of the table; a later pass moves on.
+func TestPruneStopsAtTheYoungTail(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDeliveries(t, db, "acked-old", "acked", 10, 3*day, 2*day, 0, 2*day)
+	seedDeliveries(t, db, "acked-young", "acked", 50, time.Hour, time.Minute, 0, time.Minute)
+	seedDeliveries(t, db, "acked-old-late", "acked", 10, 3*day, 2*day, 0, 2*day)
+	res := run(t, newPruner(t, db.Pool, prune.Config{Schema: testdb.Schema, BatchLimit: 20}))
+	if res.DeletedDeliveries != 10 {
+		t.Errorf("deleted_deliveries = %d, want the 10 before the young rows", res.DeletedDeliveries)
+	}
+	if res.Batches != 1 {
+		t.Errorf("batches = %d, want 1: the young edge ends the pass", res.Batches)
+	}
+}
+
+// ---- events -------------------------------------------------------------------
+
+// Events are kept forever unless PRUNE_EVENTS_AFTER is set.
+func TestPruneKeepsEventsByDefault(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedEvents(t, db, 1, 20, 400*day)
+	setWatermark(t, db, 20)
+	res := run(t, newPruner(t, db.Pool, prune.Config{Schema: testdb.Schema}))
+	if res.DeletedEvents != 0 {
+		t.Errorf("deleted_events = %d, want 0", res.DeletedEvents)
+	}
+	if res.Watermark != nil {
+		t.Errorf("watermark = %d, want null when events are kept", *res.Watermark)
+	}
+	if n, _ := eventsLeft(t, db); n != 20 {
+		t.Errorf("events left = %d, want 20", n)
+	}
+}
+
+// Never an event above the fill watermark: a sequence missing above it may
+// still be committed, so read_events stops there, and a pruned row past it
+// would look to a reader like a gap it must wait on.
+func TestPruneNeverDeletesAnEventAboveTheWatermark(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedEvents(t, db, 1, 100, 2*day)
+	setWatermark(t, db, 60)
+	res := run(t, newPruner(t, db.Pool, templateConfig()))
+	if res.DeletedEvents != 60 {
+		t.Errorf("deleted_events = %d, want 60", res.DeletedEvents)
+	}
+	n, lowest := eventsLeft(t, db)
+	if n != 40 {
+		t.Errorf("events left = %d, want 40", n)
+	}
+	if lowest != 61 {
+		t.Errorf("lowest event left = %d, want 61", lowest)
+	}
+	if res.KeptForConsumer != nil {
+		t.Errorf("kept_for_consumer = %q, want null", *res.KeptForConsumer)
+	}
+}
+
+// Nor one a registered consumer has not passed: the slowest bounds the
+// prune, and the response names it.
+func TestPruneNeverDeletesAnEventAConsumerHasNotPassed(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedEvents(t, db, 1, 100, 2*day)
+	setWatermark(t, db, 100)
+	exec(t, db.Pool, `SELECT outbox.commit_position('billing', 30), outbox.commit_position('search', 70)`)
+	res := run(t, newPruner(t, db.Pool, templateConfig()))
+	if res.DeletedEvents != 30 {
+		t.Errorf("deleted_events = %d, want 30", res.DeletedEvents)
+	}
+	if _, lowest := eventsLeft(t, db); lowest != 31 {
+		t.Errorf("lowest event left = %d, want 31", lowest)
+	}
+	if res.KeptForConsumer == nil || *res.KeptForConsumer != "billing" {
+		t.Errorf("kept_for_consumer = %v, want billing", res.KeptForConsumer)
+	}
+	if res.EventsUpto == nil || *res.EventsUpto != 30 {
+		t.Errorf("events_upto = %v, want 30", res.EventsUpto)
+	}
+	// billing moves on: the next pass follows it, not beyond search.
+	exec(t, db.Pool, `SELECT outbox.commit_position('billing', 90)`)
+	res = run(t, newPruner(t, db.Pool, templateConfig()))
+	if res.DeletedEvents != 40 {
+		t.Errorf("second pass deleted_events = %d, want 40", res.DeletedEvents)
+	}
+	if res.KeptForConsumer == nil || *res.KeptForConsumer != "search" {
+		t.Errorf("second pass kept_for_consumer = %v, want search", res.KeptForConsumer)
+	}
+}
+
+// Events recorded more recently than PRUNE_EVENTS_AFTER stay, and the pass
+// ends at the first of them (a prefix, in sequence order).
+func TestPruneKeepsYoungEvents(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedEvents(t, db, 1, 50, 2*day)
+	seedEvents(t, db, 51, 100, time.Hour)
+	setWatermark(t, db, 100)
+	res := run(t, newPruner(t, db.Pool, templateConfig()))
+	if res.DeletedEvents != 50 {
+		t.Errorf("deleted_events = %d, want 50", res.DeletedEvents)
+	}
+	if _, lowest := eventsLeft(t, db); lowest != 51 {
+		t.Errorf("lowest event left = %d, want 51", lowest)
+	}
+}
+
+// Placeholders are events too, and go with them.
+func TestPruneDeletesPlaceholders(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedEvents(t, db, 1, 10, 2*day)
+	exec(t, db.Pool, `INSERT INTO outbox.events (sequence, filled_by, recorded_at) VALUES (11, 'fill', now() - interval '2 days')`)
+	exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', 11)`)
+	setWatermark(t, db, 11)
+	if res := run(t, newPruner(t, db.Pool, templateConfig())); res.DeletedEvents != 11 {
+		t.Errorf("deleted_events = %d, want 11", res.DeletedEvents)
+	}
+}
+
+// ---- concurrency and budget -----------------------------------------------
+
+// Two passes at once (a slow pass and the next hour's) share the work: each
+// row is deleted by exactly one of them, and neither waits for the other.
+func TestOverlappingPrunePassesDeleteEachRowOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	const n = 20000
+	seedDeliveries(t, db, "acked-old", "acked", n, 3*day, 2*day, 0, 2*day)
+	seedEvents(t, db, 1, n, 2*day)
+	setWatermark(t, db, n)
+	cfg := templateConfig(func(c *prune.Config) { c.BatchLimit = 250 })
+	results := make([]*prune.Result, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range results {
+		s := newPruner(t, db.Pool, cfg)
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = s.RunOnce(context.Background())
+		})
+	}
+	close(start)
+	wg.Wait()
+	var deliveries, events int64
+	for i, r := range results {
+		if errs[i] != nil {
+			t.Fatalf("pass %d: %v", i, errs[i])
+		}
+		deliveries += r.DeletedDeliveries
+		events += r.DeletedEvents
+	}
+	if deliveries != n {
+		t.Errorf("deleted_deliveries summed over both passes = %d, want %d", deliveries, n)
+	}
+	if events != n {
+		t.Errorf("deleted_events summed over both passes = %d, want %d", events, n)
+	}
+	if got := left(t, db, "acked-old"); got != 0 {
+		t.Errorf("deliveries left = %d, want 0", got)
+	}
+	if got, _ := eventsLeft(t, db); got != 0 {
+		t.Errorf("events left = %d, want 0", got)
+	}
+}
+
+// A million acked deliveries: a pass stops on its budget (More, a normal
+// response) and the next passes resume where the table now starts, until
+// none is left, each row deleted once. The template's batch size.
+func TestPruneOfAMillionAckedRowsKeepsItsBudgetAndResumes(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	const n = 1_000_000
+	seedDeliveries(t, db, "acked-old", "acked", n, 3*day, 2*day, 0, 2*day)
+	const budget = 2 * time.Second
+	s := newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.PassBudget = budget }))
+	var total int64
+	passes := 0
+	for {
+		res := run(t, s)
+		passes++
+		total += res.DeletedDeliveries
+		// The budget, its statements bounded by it, and the one second
+		// the pass's record may take after it.
+		if limit := budget + time.Second + 500*time.Millisecond; time.Duration(res.DurationMS)*time.Millisecond > limit {
+			t.Errorf("pass %d took %d ms, over its budget of %s (+1s for its record)", passes, res.DurationMS, budget)
+		}
+		if !res.More {
+			break
+		}
+		if passes > 100 {
+			t.Fatalf("still more after %d passes (deleted %d)", passes, total)
+		}
+	}
+	t.Logf("%d rows deleted in %d passes of at most %s", total, passes, budget)
+	if passes < 2 {
+		t.Errorf("passes = %d: a million rows fitted in one %s budget, so resuming was not tested", passes, budget)
+	}
+	if total != n {
+		t.Errorf("deleted over %d passes = %d, want %d", passes, total, n)
+	}
+	if got := left(t, db, "acked-old"); got != 0 {
+		t.Errorf("acked rows left = %d, want 0", got)
+	}
+}
+
+// A statement blocked on a lock another session holds ends the pass on its
+// budget with a normal response naming it.
+func TestPruneBlockedOnALockEndsOnItsBudget(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
+	ctx := context.Background()
+	holder := db.Connect(t)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the test's end
+	if _, err := tx.Exec(ctx, `LOCK TABLE outbox.deliveries IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	s := newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.PassBudget = 500 * time.Millisecond }))
+	res, err := s.RunOnce(ctx)
+	if err != nil {
+		t.Fatalf("RunOnce: %v, want a normal response", err)
+	}
+	if res.TimedOut == "" {
+		t.Errorf("timed_out is empty, want the blocked statement")
+	}
+	if !res.More {
+		t.Errorf("more = false, want true: the rows are still there")
+	}
+	_ = tx.Rollback(ctx)
+	if got := left(t, db, "acked-old"); got != 3 {
+		t.Errorf("rows left = %d, want 3 (the blocked batch rolled back)", got)
+	}
+}
+
+// A cancelled invocation returns the error and leaves every batch whole.
+func TestPruneCancelled(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("RunOnce on a cancelled context: %v, want context.Canceled", err)
+	}
+}

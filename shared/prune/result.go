@@ -1,0 +1,80 @@
+package prune
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+)
+
+// Result is what one pass did: the Lambda response, the log line (LogValue)
+// and the metrics (Metrics), from this one definition.
+type Result struct {
+	// DeletedDeliveries is every delivery deleted: DeletedAcked +
+	// DeletedDead.
+	DeletedDeliveries int64 `json:"deleted_deliveries"`
+	DeletedAcked      int64 `json:"deleted_acked"`
+	DeletedDead       int64 `json:"deleted_dead"`
+	// DeletedEvents counts events (real and placeholders) deleted.
+	DeletedEvents int64 `json:"deleted_events"`
+	// KeptForConsumer names the registered consumer whose position bounded
+	// the event prune below the fill watermark, null when none did (or
+	// events are kept).
+	KeptForConsumer *string `json:"kept_for_consumer"`
+	// Watermark and EventsUpto are what bounded the event prune: the fill
+	// watermark and the highest sequence the pass could delete (the
+	// watermark or the slowest consumer's position). Null when events are
+	// kept.
+	Watermark  *int64 `json:"watermark"`
+	EventsUpto *int64 `json:"events_upto"`
+	// Batches is the number of delete statements sent.
+	Batches int `json:"batches"`
+	// More says the pass ended on its budget with work left; the next
+	// pass continues.
+	More bool `json:"more"`
+	// TimedOut names the statement the budget ended, when it ended one
+	// (a lock held by another session, most often).
+	TimedOut string `json:"timed_out,omitempty"`
+	// Statements is every statement the pass sent.
+	Statements int64 `json:"statements"`
+	// DurationMS is the pass's wall time.
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+}
+
+// bound records what bounds the event prune.
+func (r *Result) bound(b store.PruneBound) {
+	w, upto := b.Watermark, b.Upto()
+	r.Watermark, r.EventsUpto = &w, &upto
+	if b.Slowest != nil && b.Slowest.Position < b.Watermark {
+		name := b.Slowest.Name
+		r.KeptForConsumer = &name
+	}
+}
+
+// String is the Result as its JSON response.
+func (r *Result) String() string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Sprintf("unprintable prune result: %v", err)
+	}
+	return string(b)
+}
+
+// LogValue makes the log line the response: every JSON field of the
+// Result, under the same names.
+func (r *Result) LogValue() slog.Value { return logging.JSONValue(r) }
+
+// Metrics are the EMF values of one pass.
+func (r *Result) Metrics() []metrics.Metric {
+	return []metrics.Metric{
+		{Name: "PruneRuns", Unit: metrics.Count, Value: 1},
+		{Name: "DeletedDeliveries", Unit: metrics.Count, Value: float64(r.DeletedDeliveries)},
+		{Name: "DeletedEvents", Unit: metrics.Count, Value: float64(r.DeletedEvents)},
+		{Name: "Statements", Unit: metrics.Count, Value: float64(r.Statements)},
+		{Name: "PassDurationMs", Unit: metrics.Milliseconds, Value: float64(r.DurationMS)},
+	}
+}

@@ -1,0 +1,138 @@
+package prune
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+)
+
+// nopDB satisfies store.DB for construction-only tests; it is never
+// queried.
+type nopDB struct{}
+
+func (nopDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	panic("not queried")
+}
+func (nopDB) Query(context.Context, string, ...any) (pgx.Rows, error) { panic("not queried") }
+func (nopDB) QueryRow(context.Context, string, ...any) pgx.Row        { panic("not queried") }
+func (nopDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults  { panic("not queried") }
+
+func TestZeroConfigIsTheDefaults(t *testing.T) {
+	t.Parallel()
+	got := Config{}.WithDefaults()
+	want := Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: Keep,
+		BatchLimit: 5000, PassBudget: 20 * time.Second}
+	if got != want {
+		t.Fatalf("Config{}.WithDefaults() = %+v, want %+v", got, want)
+	}
+}
+
+func TestNewAcceptsTheDefaultsAndKeep(t *testing.T) {
+	t.Parallel()
+	if _, err := New(nopDB{}, Config{}, Options{}); err != nil {
+		t.Errorf("defaults refused: %v", err)
+	}
+	if _, err := New(nopDB{}, Config{AckedAfter: Keep, DeadAfter: Keep, EventsAfter: Keep}, Options{}); err != nil {
+		t.Errorf("Keep refused: %v", err)
+	}
+}
+
+func TestNewRefusesEachBadSettingByName(t *testing.T) {
+	t.Parallel()
+	bad := map[string]Config{
+		"AckedAfter":  {AckedAfter: 500 * time.Millisecond},
+		"DeadAfter":   {DeadAfter: -2},
+		"EventsAfter": {EventsAfter: time.Millisecond},
+		"BatchLimit":  {BatchLimit: 100_001},
+		"PassBudget":  {PassBudget: 50 * time.Millisecond},
+		"Schema":      {Schema: "Robert'); DROP"},
+	}
+	for field, c := range bad {
+		_, err := New(nopDB{}, c, Options{})
+		var se *setting.Error
+		if !errors.As(err, &se) {
+			t.Errorf("%s: err = %v, want a *setting.Error", field, err)
+			continue
+		}
+		if se.Field != field {
+			t.Errorf("%s: the error names %s", field, se.Field)
+		}
+	}
+	if _, err := New(nil, Config{}, Options{}); err == nil {
+		t.Error("nil database accepted")
+	}
+}
+
+// A cursor that a batch did not move ends its table, whatever the batch
+// said: a pass can never loop on one spot.
+func TestCursorEndsWhenItDoesNotMove(t *testing.T) {
+	t.Parallel()
+	c := newCursor(true)
+	c.move(500, false)
+	if !c.active || c.at != 500 {
+		t.Fatalf("after a full batch: %+v, want active at 500", c)
+	}
+	c.move(500, false)
+	if c.active {
+		t.Errorf("a batch that did not move left the cursor active")
+	}
+	d := newCursor(true)
+	d.move(10, true)
+	if d.active {
+		t.Errorf("a done batch left the cursor active")
+	}
+}
+
+func TestDeliveriesArePrunedUnlessBothKept(t *testing.T) {
+	t.Parallel()
+	if !prunesDeliveries(Config{}.WithDefaults()) {
+		t.Error("the defaults prune no deliveries")
+	}
+	if !prunesDeliveries(Config{DeadAfter: Keep}.WithDefaults()) {
+		t.Error("dead kept: acked deliveries not pruned")
+	}
+	if prunesDeliveries(Config{AckedAfter: Keep, DeadAfter: Keep}.WithDefaults()) {
+		t.Error("both kept: deliveries still pruned")
+	}
+}
+
+func TestMetricsCarryThePassFigures(t *testing.T) {
+	t.Parallel()
+	r := &Result{DeletedDeliveries: 7, DeletedEvents: 3, Statements: 4, DurationMS: 12}
+	got := map[string]float64{}
+	for _, m := range r.Metrics() {
+		got[m.Name] = m.Value
+	}
+	want := map[string]float64{"PruneRuns": 1, "DeletedDeliveries": 7, "DeletedEvents": 3, "Statements": 4, "PassDurationMs": 12}
+	for name, v := range want {
+		if got[name] != v {
+			t.Errorf("%s = %v, want %v", name, got[name], v)
+		}
+	}
+}
+
+func TestKeptForConsumerOnlyWhenItBounds(t *testing.T) {
+	t.Parallel()
+	var r Result
+	r.bound(store.PruneBound{Watermark: 100, Slowest: &store.ConsumerPosition{Name: "fast", Position: 150}})
+	if r.KeptForConsumer != nil {
+		t.Errorf("a consumer past the watermark is named: %q", *r.KeptForConsumer)
+	}
+	if *r.EventsUpto != 100 {
+		t.Errorf("events_upto = %d, want the watermark 100", *r.EventsUpto)
+	}
+	r.bound(store.PruneBound{Watermark: 100, Slowest: &store.ConsumerPosition{Name: "slow", Position: 40}})
+	if r.KeptForConsumer == nil || *r.KeptForConsumer != "slow" {
+		t.Errorf("kept_for_consumer = %v, want slow", r.KeptForConsumer)
+	}
+	if *r.EventsUpto != 40 {
+		t.Errorf("events_upto = %d, want 40", *r.EventsUpto)
+	}
+}
