@@ -407,7 +407,9 @@ func TestConsumeWakesOnTheNotification(t *testing.T) {
 	go func() {
 		done <- ob.Consume(ctx, outbox.ConsumerOptions{
 			Name: "ledger", Poll: time.Minute,
-			Listen: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, db.URL) },
+			// LISTEN is session state: dial the server itself, never a
+			// transaction-mode pooler (see ConsumerOptions.Listen).
+			Listen: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, db.DirectURL) },
 		}, func(ctx context.Context, events []outbox.Event) error {
 			got <- sequencesOf(events)
 			return nil
