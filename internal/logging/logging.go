@@ -3,8 +3,10 @@
 package logging
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -67,19 +69,39 @@ func InitFailed(logger *slog.Logger, function, what string, err error) {
 
 // JSONValue is a slog value holding v's JSON fields under their JSON
 // names, so a pass's log line and its Lambda response say the same thing
-// in the same words. Logged with an empty key, the fields are inlined.
+// in the same words. Logged with an empty key, the fields are inlined. The
+// fields keep v's field order (a map would shuffle them on every line), and
+// numbers stay json.Number: a float64 would round an xid above 2^53.
 func JSONValue(v any) slog.Value {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return slog.StringValue(err.Error())
 	}
-	var fields map[string]any
-	if err := json.Unmarshal(b, &fields); err != nil {
+	attrs, err := orderedFields(b)
+	if err != nil {
 		return slog.StringValue(err.Error())
 	}
-	attrs := make([]slog.Attr, 0, len(fields))
-	for k, v := range fields {
-		attrs = append(attrs, slog.Any(k, v))
-	}
 	return slog.GroupValue(attrs...)
+}
+
+// orderedFields reads a JSON object's members in the order they appear.
+func orderedFields(object []byte) ([]slog.Attr, error) {
+	dec := json.NewDecoder(bytes.NewReader(object))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("logging: want a JSON object, got %v (%v)", tok, err)
+	}
+	var attrs []slog.Attr
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var value any
+		if err := dec.Decode(&value); err != nil {
+			return nil, err
+		}
+		attrs = append(attrs, slog.Any(tok.(string), value))
+	}
+	return attrs, nil
 }
