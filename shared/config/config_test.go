@@ -10,6 +10,7 @@ import (
 
 	compensatepkg "github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
+	migratepkg "github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
 	sweeppkg "github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -198,7 +199,8 @@ func TestDatabaseSourceRules(t *testing.T) {
 // login read: every `env` tag is listed for its function, and nothing else.
 func TestVariablesAreThePassConfigsTags(t *testing.T) {
 	tagged := map[string][]string{}
-	for fn, cfg := range map[string]any{"fill": fillpkg.Config{}, "sweep": sweeppkg.Config{}, "compensate": compensatepkg.Config{}} {
+	for fn, cfg := range map[string]any{"fill": fillpkg.Config{}, "sweep": sweeppkg.Config{}, "compensate": compensatepkg.Config{},
+		"migrate": migratepkg.Config{}} {
 		typ := reflect.TypeOf(cfg)
 		for i := range typ.NumField() {
 			if tag, ok := typ.Field(i).Tag.Lookup("env"); ok {
@@ -213,9 +215,7 @@ func TestVariablesAreThePassConfigsTags(t *testing.T) {
 		}
 		got := tagged[v.Name]
 		slices.Sort(got)
-		// migrate has no pass Config: it reads the database's variables
-		// (LoadDatabase) and nothing else.
-		want := slices.Sorted(slices.Values(slices.DeleteFunc(slices.Clone(v.UsedBy), func(fn string) bool { return fn == "migrate" })))
+		want := slices.Sorted(slices.Values(v.UsedBy))
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: listed for %v, read by %v", v.Name, want, got)
 		}
