@@ -3,10 +3,10 @@
 -- A writer that calls nextval() itself and inserts later holds a sequence
 -- without an xid: a fill marker taken in between can be proven while the
 -- writer still runs, a placeholder takes its sequence, and its own insert
--- then fails with a duplicate key. So a writer role gets no privilege on
--- events_sequence_seq and cannot insert into events at all; it publishes
--- through publish()/publish_batch(), which run as the schema's owner
--- (SECURITY DEFINER) and always take the xid first.
+-- then fails with a duplicate key. So a writer role may only read
+-- events_sequence_seq (no nextval, no setval) and cannot insert into
+-- events at all; it publishes through publish()/publish_batch(), which run
+-- as the schema's owner (SECURITY DEFINER) and always take the xid first.
 --
 -- The grant functions below are the supported way to set a role up. They
 -- run with the caller's rights (GRANT needs the owner, or a member of the
@@ -25,8 +25,8 @@ ALTER FUNCTION {{schema}}.publish(text, jsonb, jsonb)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
 -- Functions are executable by PUBLIC by default; a SECURITY DEFINER one
--- must be granted to whom it is meant for, and nobody else. The head is
--- the functions' business (grant_maintainer), not every role's.
+-- must be granted to whom it is meant for, and nobody else; the head goes
+-- with the schema's other rights, to the roles the grant functions set up.
 REVOKE EXECUTE ON FUNCTION {{schema}}.publish_batch(text, jsonb[], jsonb) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION {{schema}}.publish(text, jsonb, jsonb) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION {{schema}}.allocation_head() FROM PUBLIC;
@@ -41,17 +41,20 @@ CREATE TABLE {{schema}}.role_grants (
 );
 
 -- The application's role: publish (SQL or the Go library, which calls
--- publish_batch), read events, and drive deliveries through the statements
--- of shared/outbox (enqueue, claim FOR UPDATE SKIP LOCKED, mark delivered,
+-- publish_batch), read events and the allocation head (Outbox.Head, for a
+-- consumer's lag), and drive deliveries through the statements of
+-- shared/outbox (enqueue, claim FOR UPDATE SKIP LOCKED, mark delivered,
 -- ack). Column lists keep it to those statements: it cannot write
--- redeliveries or dead_at (the sweep's), nor delete anything. No privilege
--- at all on events_sequence_seq: no nextval, no setval.
+-- redeliveries or dead_at (the sweep's), nor delete anything. On
+-- events_sequence_seq only SELECT, which reads last_value and allows
+-- neither nextval nor setval (those need USAGE or UPDATE).
 CREATE FUNCTION {{schema}}.grant_writer(grantee regrole) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA {{schema}} TO %s', grantee);
     EXECUTE format('GRANT EXECUTE ON FUNCTION {{schema}}.publish(text, jsonb, jsonb), '
-        '{{schema}}.publish_batch(text, jsonb[], jsonb) TO %s', grantee);
+        '{{schema}}.publish_batch(text, jsonb[], jsonb), {{schema}}.allocation_head() TO %s', grantee);
+    EXECUTE format('GRANT SELECT ON SEQUENCE {{schema}}.events_sequence_seq TO %s', grantee);
     EXECUTE format('GRANT SELECT ON {{schema}}.events TO %s', grantee);
     EXECUTE format('GRANT SELECT, INSERT (recipient, kind, tenant_id, payload), '
         'UPDATE (state, attempts, delivered_at, acked_at) ON {{schema}}.deliveries TO %s', grantee);

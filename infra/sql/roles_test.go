@@ -57,6 +57,9 @@ func TestWriterRole(t *testing.T) {
 	}); err != nil {
 		t.Errorf("Go Publish: %v", err)
 	}
+	if head, err := ob.Head(ctx); err != nil || head != 3 {
+		t.Errorf("Head = %d, %v; want 3", head, err)
+	}
 	got, err := ob.ReadContiguous(ctx, 0, 10)
 	if err != nil {
 		t.Errorf("ReadContiguous: %v", err)
