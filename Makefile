@@ -14,7 +14,7 @@ LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w' -buildvcs=false
 STACK_ENV := .local/stack.env
 WITH_STACK = set -a; source $(STACK_ENV); set +a;
 
-.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction build-PruneFunction
+.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction build-PruneFunction build-MigrateFunction
 build-FillFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/fill
 build-SweepFunction:
@@ -23,6 +23,8 @@ build-CompensateFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/compensate
 build-PruneFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/prune
+build-MigrateFunction:
+	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/migrate
 
 # The README's first command: sets everything up from a fresh clone, runs
 # the bounded demo (DEMO_DURATION, default 60s) and prints the verdict.
@@ -42,8 +44,16 @@ stack-up:
 	bash infra/stack/up.sh
 stack-down:
 	bash infra/stack/down.sh
-migrate: stack-up
-	$(WITH_STACK) $(GO) run ./infra/cmd/migrate
+# `outboxkeeper migrate up`. Against a database of your own (DATABASE_URL
+# other than the local stack's, or DATABASE_SECRET_ARN) nothing local is
+# started and nothing is written to .local/; otherwise the local stack's.
+LOCAL_DATABASE_URL = $(shell bash -c 'source infra/stack/lib.sh && echo "$$LOCAL_DATABASE_URL"')
+migrate:
+	@if [[ -n "$${DATABASE_SECRET_ARN:-}" || ( -n "$${DATABASE_URL:-}" && "$${DATABASE_URL}" != '$(LOCAL_DATABASE_URL)' ) ]]; then \
+		$(GO) run ./cmd/outboxkeeper migrate up; \
+	else \
+		bash infra/stack/up.sh && $(WITH_STACK) $(GO) run ./cmd/outboxkeeper migrate up; \
+	fi
 
 # The README's test command: starts what it needs, then runs every layer.
 .PHONY: test test-go test-pgbouncer test-template test-fuzz vet

@@ -10,6 +10,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
@@ -37,11 +38,17 @@ func main() {
 	if err != nil {
 		logging.InitFailed(log, "compensate", "load AWS configuration", err)
 	}
-	// The pool outlives invocations of a warm environment and connects
-	// lazily; a connection that broke is discarded and re-dialled by pgxpool.
+	// The pool outlives invocations of a warm environment (the version
+	// check below dials its first connection); a connection that broke is
+	// discarded and re-dialled by pgxpool.
 	pool, err := pg.NewPool(ctx, db, pg.Options{ApplicationName: "outboxkeeper-compensate", AWS: &awsCfg})
 	if err != nil {
 		logging.InitFailed(log, "compensate", "open database pool", err)
+	}
+	// A database behind this build (or ahead of it, unless marked
+	// compatible) fails the init naming both versions, before any pass.
+	if err := migrations.Check(ctx, pool, db.Schema); err != nil {
+		logging.InitFailed(log, "compensate", "check the schema version", err)
 	}
 	svc, err := compensate.New(pool, cfg, compensate.Options{
 		SQS:     sqs.NewFromConfig(awsCfg),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
@@ -32,6 +33,11 @@ func main() {
 	pool, err := pg.NewPool(ctx, dbConfig, pg.Options{ApplicationName: "outboxkeeper-fill"})
 	if err != nil {
 		logging.InitFailed(logger, "fill", "open database pool", err)
+	}
+	// A database behind this build (or ahead of it, unless marked
+	// compatible) fails the init naming both versions, before any pass.
+	if err := migrations.Check(ctx, pool, dbConfig.Schema); err != nil {
+		logging.InitFailed(logger, "fill", "check the schema version", err)
 	}
 	svc, err := fill.New(pool, fillConfig, fill.Options{Logger: logger, Metrics: metrics.New("fill")})
 	if err != nil {

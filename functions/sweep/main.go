@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
@@ -26,10 +27,16 @@ func main() {
 	if err != nil {
 		logging.InitFailed(logger, "sweep", "load sweep configuration", err)
 	}
-	// The pool outlives invocations of a warm environment; it dials lazily.
+	// The pool outlives invocations of a warm environment; the version
+	// check below makes its first connection.
 	pool, err := pg.NewPool(context.Background(), dbConfig, pg.Options{ApplicationName: "outboxkeeper-sweep"})
 	if err != nil {
 		logging.InitFailed(logger, "sweep", "open database pool", err)
+	}
+	// A database behind this build (or ahead of it, unless marked
+	// compatible) fails the init naming both versions, before any pass.
+	if err := migrations.Check(context.Background(), pool, dbConfig.Schema); err != nil {
+		logging.InitFailed(logger, "sweep", "check the schema version", err)
 	}
 	svc, err := sweep.New(pool, sweepConfig, sweep.Options{Logger: logger, Metrics: metrics.New("sweep")})
 	if err != nil {

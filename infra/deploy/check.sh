@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Template checks (docs/design.md §8): cfn-lint must print nothing, and
-# `sam build` must produce four ELF arm64 bootstrap binaries.
+# `sam build` must produce five ELF arm64 bootstrap binaries (fill, sweep,
+# compensate, prune and migrate).
 #
 # Tools come from infra/deploy/requirements.txt, installed into the
 # git-ignored venv .local/venv; it is rebuilt only when that file changes
@@ -15,7 +16,7 @@ REQ="infra/deploy/requirements.txt"
 VENV=".local/venv"
 STAMP="$VENV/.requirements.sha256"
 BUILD_DIR=".local/sam-build"
-FUNCTIONS=(FillFunction SweepFunction CompensateFunction PruneFunction)
+FUNCTIONS=(FillFunction SweepFunction CompensateFunction PruneFunction MigrateFunction)
 PYTHON="${PYTHON:-python3}"
 
 log() { printf '==> %s\n' "$*" >&2; }

@@ -26,6 +26,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
+	"github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -461,6 +462,13 @@ var scenarios = []scenario{
 	{name: "secret", params: map[string]string{
 		"DatabaseSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:outbox-AbCdEf",
 	}},
+	// The secret RDS manages for a master user (username and password
+	// only), the endpoint from the parameters, verified TLS.
+	{name: "rds-managed secret", params: map[string]string{
+		"DatabaseSecretArn":   "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!db-0123-AbCdEf",
+		"DatabaseHost":        "outbox.cluster-abc.eu-west-1.rds.amazonaws.com",
+		"DatabaseCaSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds-ca-eu-west-1-XyZ123",
+	}},
 	{name: "iam", params: map[string]string{
 		"DatabaseSecretArn":  "",
 		"DatabaseHost":       "outbox.proxy-abc.eu-west-1.rds.amazonaws.com",
@@ -500,11 +508,18 @@ func checkEnvironment(tpl *template) []string {
 			}
 			_, hasURL := env["DATABASE_URL"]
 			_, hasSecret := env["DATABASE_SECRET_ARN"]
+			secretMode := sc.params["DatabaseSecretArn"] != ""
 			switch {
-			case sc.name == "secret" && (!hasSecret || hasURL):
+			case secretMode && (!hasSecret || hasURL):
 				problems = append(problems, where+": want DATABASE_SECRET_ARN and no DATABASE_URL")
-			case sc.name == "iam" && (!hasURL || hasSecret || env["DATABASE_IAM_AUTH"] != "true"):
+			case !secretMode && (!hasURL || hasSecret || env["DATABASE_IAM_AUTH"] != "true"):
 				problems = append(problems, where+": want DATABASE_URL, DATABASE_IAM_AUTH=true and no DATABASE_SECRET_ARN")
+			}
+			if host := sc.params["DatabaseHost"]; secretMode && host != "" && env["DATABASE_HOST"] != host {
+				problems = append(problems, fmt.Sprintf("%s: DATABASE_HOST = %q, want the DatabaseHost parameter %q", where, env["DATABASE_HOST"], host))
+			}
+			if ca := sc.params["DatabaseCaSecretArn"]; ca != "" && env["DATABASE_CA_SECRET_ARN"] != ca {
+				problems = append(problems, fmt.Sprintf("%s: DATABASE_CA_SECRET_ARN = %q, want the DatabaseCaSecretArn parameter", where, env["DATABASE_CA_SECRET_ARN"]))
 			}
 			lookup := config.FromMap(env)
 			db, err := config.LoadDatabase(lookup)
@@ -545,6 +560,8 @@ func load(short string, env map[string]string) (any, error) {
 		return config.Load[compensate.Config](lookup)
 	case "prune":
 		return config.Load[prune.Config](lookup)
+	case "migrate":
+		return config.Load[migrateresource.Config](lookup)
 	}
 	return nil, fmt.Errorf("unknown function %q: teach this test its configuration", short)
 }
@@ -591,6 +608,8 @@ func allChecks(tpl *template, makefile string, calls map[string][]string) []stri
 	p = append(p, checkScheduled(tpl)...)
 	p = append(p, checkWatchCoverage(tpl)...)
 	p = append(p, checkEnvironment(tpl)...)
+	p = append(p, checkMigrations(tpl)...)
+	p = append(p, checkRoles(tpl)...)
 	return p
 }
 
@@ -610,7 +629,7 @@ func read(t *testing.T, path string) string {
 func TestTemplatePassesEveryCheck(t *testing.T) {
 	tpl := loadTemplate(t, read(t, templatePath))
 	makefile := read(t, makefilePath)
-	if got, want := tpl.functions(), []string{"CompensateFunction", "FillFunction", "PruneFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
+	if got, want := tpl.functions(), []string{"CompensateFunction", "FillFunction", "MigrateFunction", "PruneFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("functions = %v, want %v", got, want)
 	}
 	for name, problems := range map[string][]string{
@@ -621,6 +640,8 @@ func TestTemplatePassesEveryCheck(t *testing.T) {
 		"environment":      checkEnvironment(tpl),
 		"sqs permissions":  checkSQSPermissions(tpl, sqsCalls(t, tpl.functions())),
 		"patterns":         checkParameterPatterns(tpl),
+		"migrations":       checkMigrations(tpl),
+		"roles":            checkRoles(tpl),
 	} {
 		for _, p := range problems {
 			t.Errorf("%s: %s", name, p)
@@ -682,6 +703,29 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{name: "action nothing calls", old: "Action: sqs:SendMessage\n                Resource: !GetAtt RollbackReportDLQ.Arn",
 			new:  "Action: [sqs:SendMessage, sqs:PurgeQueue]\n                Resource: !GetAtt RollbackReportDLQ.Arn",
 			want: "CompensateFunction: its role allows sqs:PurgeQueue, which nothing calls"},
+		{name: "migrate make target missing", old: "build-MigrateFunction:", new: "build-Migrate:", breakMakefile: true,
+			want: "no build-MigrateFunction target"},
+		{name: "a function that does not wait for the migrations",
+			old:  "  SweepFunction:\n    Type: AWS::Serverless::Function\n    # Created (and, on an update, changed) only after the migrations ran,\n    # so its schedule or event source never starts it on an old schema.\n    DependsOn: MigrationsDone\n",
+			new:  "  SweepFunction:\n    Type: AWS::Serverless::Function\n",
+			want: "SweepFunction: does not DependsOn MigrationsDone"},
+		{name: "the gate does not wait", old: "Migrations: !If [RunMigrations, !Ref Migrations, applied outside this stack]", new: "Migrations: none",
+			want: "MigrationsDone: does not reference Migrations"},
+		{name: "new builds never migrated", old: "CodeVersion: !Ref MigrateFunction.Version", new: `CodeVersion: "1"`,
+			want: "a new build would not be migrated"},
+		{name: "CloudFormation gives up first", old: "ServiceTimeout: 900", new: "ServiceTimeout: 120",
+			want: "ServiceTimeout 120 must exceed MigrateFunction's Timeout 300"},
+		{name: "migrations cannot be turned off", old: "    Type: Custom::OutboxMigrations\n    Condition: RunMigrations\n", new: "    Type: Custom::OutboxMigrations\n",
+			want: "Migrations: not created only when RunMigrations"},
+		{name: "migrate logs anywhere", old: "Resource: !GetAtt MigrateLogGroup.Arn", new: `Resource: "*"`,
+			want: "MigrateRole: logs:CreateLogStream on *, want its own log group"},
+		{name: "a role with an action nothing needs", old: "Action: [logs:CreateLogStream, logs:PutLogEvents]\n                Resource: !GetAtt MigrateLogGroup.Arn",
+			new:  "Action: [logs:CreateLogStream, logs:PutLogEvents, rds:DeleteDBInstance]\n                Resource: !GetAtt MigrateLogGroup.Arn",
+			want: "MigrateRole: allows rds:DeleteDBInstance"},
+		{name: "RDS-managed secret without its host", old: "DATABASE_HOST: !If [UseSecretWithHost, !Ref DatabaseHost, !Ref AWS::NoValue]", new: "",
+			want: "DATABASE_HOST = \"\", want the DatabaseHost parameter"},
+		{name: "CA bundle not passed", old: "DATABASE_CA_SECRET_ARN: !If [HasCaSecret, !Ref DatabaseCaSecretArn, !Ref AWS::NoValue]", new: "",
+			want: "DATABASE_CA_SECRET_ARN = \"\""},
 		{name: "pattern refuses a valid duration", old: `AllowedPattern: "^([0-9]+(s|m|h))+$"`, new: `AllowedPattern: "^[0-9]+(s|m|h)$"`,
 			want: `CompensateDefer: AllowedPattern refuses "1m30s"`},
 	}

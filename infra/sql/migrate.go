@@ -1,10 +1,14 @@
 package migrations
 
 import (
+	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -14,9 +18,38 @@ import (
 
 // Migration is one embedded file.
 type Migration struct {
+	// Name is the file name, "0006_roles.sql": what schema_migrations records.
 	Name string
-	SQL  string
+	// SQL is the file rendered for one schema.
+	SQL string
+	// Checksum is the SHA-256 of the file as embedded, in hex. It does not
+	// depend on the schema, so the same file has the same checksum in
+	// every schema and in `outboxkeeper migrate status`.
+	Checksum string
+	// Compatible says the file is marked CompatibleMarker: builds that
+	// predate it keep working on a database that has it applied.
+	Compatible bool
 }
+
+// Version is the number a migration's name starts with (6 for
+// "0006_roles.sql"): the schema version it brings the database to.
+func (m Migration) Version() int { return Version(m.Name) }
+
+// Version is the leading number of a migration file name, 0 if it has none.
+func Version(name string) int {
+	digits := name[:len(name)-len(strings.TrimLeft(name, "0123456789"))]
+	n, _ := strconv.Atoi(digits)
+	return n
+}
+
+// CompatibleMarker, as a line of a migration's leading comment block,
+// marks it compatible with older builds: it only adds things (a table, a
+// function, a column with a default) that code written before it never
+// looks at. A build that finds such migrations applied beyond its own
+// still starts; one that finds an unmarked one refuses to, since the
+// schema may have changed under it. Text after the marker is a reason for
+// readers.
+const CompatibleMarker = "outboxkeeper:compatible"
 
 // Result says what Apply did.
 type Result struct {
@@ -40,9 +73,44 @@ func Load(schema string) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Migration{Name: name, SQL: Render(string(body), schema)})
+		sum := sha256.Sum256(body)
+		out = append(out, Migration{
+			Name:       name,
+			SQL:        Render(string(body), schema),
+			Checksum:   hex.EncodeToString(sum[:]),
+			Compatible: markedCompatible(string(body)),
+		})
 	}
 	return out, nil
+}
+
+// Latest is the build's last migration: the schema version it requires.
+func Latest() Migration {
+	list, err := Load(store.DefaultSchema)
+	if err != nil || len(list) == 0 {
+		panic(fmt.Sprintf("migrate: no embedded migrations: %v", err))
+	}
+	return list[len(list)-1]
+}
+
+// markedCompatible looks for CompatibleMarker in the comment lines that
+// open the file.
+func markedCompatible(body string) bool {
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		comment, ok := strings.CutPrefix(line, "--")
+		if !ok {
+			return false
+		}
+		if strings.HasPrefix(strings.TrimSpace(comment), CompatibleMarker) {
+			return true
+		}
+	}
+	return false
 }
 
 // Render fills a migration template for schema (already validated).
@@ -59,53 +127,176 @@ type Conn interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Apply brings schema up to date in one transaction.
+// bookkeeping is the SQL of <schema>.schema_migrations, shared by Apply and
+// Print so that a schema migrated by hand from `migrate print` is recorded
+// exactly as one migrated by the migrator.
+type bookkeeping struct {
+	quoted string
+	// lock serialises migrators of one schema (see Apply).
+	lock string
+	// schemaExists and columnsExist let Apply skip DDL that is already
+	// done: CREATE SCHEMA IF NOT EXISTS checks the CREATE privilege on the
+	// database before it looks, and ALTER TABLE locks the table even when
+	// IF NOT EXISTS makes it a no-op.
+	schemaExists, columnsExist string
+	createSchema, createTable  string
+	// addColumns upgrades a table made before checksums were recorded.
+	addColumns string
+	applied    string
+	record     string
+	// backfill records the checksum of rows applied before checksums
+	// were: the file as this build has it is trusted once.
+	backfill string
+}
+
+func newBookkeeping(schema string) bookkeeping {
+	q := pgx.Identifier{schema}.Sanitize()
+	t := q + ".schema_migrations"
+	return bookkeeping{
+		quoted:       q,
+		lock:         `SELECT pg_advisory_xact_lock(hashtext('outboxkeeper.migrate'), hashtext('` + schema + `'))`,
+		schemaExists: `SELECT to_regnamespace('` + q + `') IS NOT NULL`,
+		columnsExist: `SELECT count(*) = 2 FROM pg_catalog.pg_attribute
+			WHERE attrelid = '` + t + `'::regclass AND attname IN ('checksum', 'compatible') AND NOT attisdropped`,
+		createSchema: `CREATE SCHEMA IF NOT EXISTS ` + q,
+		// checksum: SHA-256 of the file, hex; NULL for rows recorded
+		// before checksums were. compatible: the file was marked
+		// CompatibleMarker, so an older build may run on this schema.
+		createTable: `CREATE TABLE IF NOT EXISTS ` + t + ` (
+	name       text PRIMARY KEY,
+	applied_at timestamptz NOT NULL DEFAULT now(),
+	checksum   text,
+	compatible boolean NOT NULL DEFAULT false
+)`,
+		addColumns: `ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS checksum text,
+	ADD COLUMN IF NOT EXISTS compatible boolean NOT NULL DEFAULT false`,
+		applied: `SELECT name, checksum FROM ` + t,
+		record:  `INSERT INTO ` + t + ` (name, checksum, compatible) VALUES ($1, $2, $3)`,
+		backfill: `UPDATE ` + t + ` AS m SET checksum = f.checksum
+	FROM unnest($1::text[], $2::text[]) AS f(name, checksum)
+	WHERE m.name = f.name AND m.checksum IS NULL`,
+	}
+}
+
+// recordLiteral is record with the values written out, for Print.
+func (b bookkeeping) recordLiteral(m Migration) string {
+	return fmt.Sprintf(`INSERT INTO %s.schema_migrations (name, checksum, compatible) VALUES (%s, %s, %t)`,
+		b.quoted, literal(m.Name), literal(m.Checksum), m.Compatible)
+}
+
+// backfillLiteral is backfill with the values written out, for Print.
+func (b bookkeeping) backfillLiteral(done []Migration) string {
+	values := make([]string, len(done))
+	for i, m := range done {
+		values[i] = fmt.Sprintf("(%s, %s)", literal(m.Name), literal(m.Checksum))
+	}
+	return fmt.Sprintf("UPDATE %s.schema_migrations AS m SET checksum = f.checksum\n\tFROM (VALUES %s) AS f(name, checksum)\n\tWHERE m.name = f.name AND m.checksum IS NULL",
+		b.quoted, strings.Join(values, ", "))
+}
+
+// literal quotes s as an SQL string literal. Only file names and hex
+// checksums reach it, but it quotes properly all the same.
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// ChangedError is an applied migration whose file differs from the one
+// that was applied: the database's schema is not what this build's files
+// describe. Applied files must never change; a change is a new migration.
+type ChangedError struct {
+	Schema   string
+	Name     string
+	Recorded string // checksum recorded when it was applied
+	Build    string // checksum of this build's file
+}
+
+func (e *ChangedError) Error() string {
+	return fmt.Sprintf("migrate: %s in schema %s was changed after it was applied (recorded sha256 %s, this build's %s): "+
+		"restore the file as it was applied and put the change in a new migration", e.Name, e.Schema, short(e.Recorded), short(e.Build))
+}
+
+// short abbreviates a checksum for messages and tables, as git does.
+func short(sum string) string {
+	if len(sum) > 12 {
+		return sum[:12]
+	}
+	return sum
+}
+
+// Apply brings schema up to date in one transaction and records each
+// migration with its checksum. It refuses, changing nothing, when an
+// applied migration's file differs from this build's (*ChangedError).
 //
 // Two migrators started at the same moment serialise on a transaction-level
 // advisory lock keyed by the schema name: the second waits, then sees every
 // migration recorded and applies nothing. A transaction-level lock (not a
 // session one) ends with the transaction, so nothing is left behind on a
-// pooled connection. Migrations are run by operators and tests, never by the
-// functions, so this is the one place outboxkeeper takes an advisory lock.
+// pooled connection. Migrations are run by operators, the deploy-time
+// custom resource and tests, never by the passes, so this is the one place
+// outboxkeeper takes an advisory lock.
 func Apply(ctx context.Context, conn Conn, schema string) (Result, error) {
 	var res Result
 	list, err := Load(schema)
 	if err != nil {
 		return res, err
 	}
+	b := newBookkeeping(schema)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("migrate: begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('outboxkeeper.migrate'), hashtext($1))`, schema); err != nil {
+	if _, err := tx.Exec(ctx, b.lock); err != nil {
 		return res, fmt.Errorf("migrate: lock: %w", err)
 	}
-	quoted := pgx.Identifier{schema}.Sanitize()
-	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+quoted); err != nil {
-		return res, fmt.Errorf("migrate: create schema: %w", err)
+	var exists bool
+	if err := tx.QueryRow(ctx, b.schemaExists).Scan(&exists); err != nil {
+		return res, fmt.Errorf("migrate: look up schema: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+quoted+`.schema_migrations (
-		name       text PRIMARY KEY,
-		applied_at timestamptz NOT NULL DEFAULT now()
-	)`); err != nil {
+	if !exists {
+		if _, err := tx.Exec(ctx, b.createSchema); err != nil {
+			return res, fmt.Errorf("migrate: create schema: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, b.createTable); err != nil {
 		return res, fmt.Errorf("migrate: create schema_migrations: %w", err)
 	}
-	applied := map[string]bool{}
-	rows, err := tx.Query(ctx, `SELECT name FROM `+quoted+`.schema_migrations`)
+	if err := tx.QueryRow(ctx, b.columnsExist).Scan(&exists); err != nil {
+		return res, fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, b.addColumns); err != nil {
+			return res, fmt.Errorf("migrate: upgrade schema_migrations: %w", err)
+		}
+	}
+	rows, err := tx.Query(ctx, b.applied)
 	if err != nil {
 		return res, fmt.Errorf("migrate: read schema_migrations: %w", err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type row struct {
+		Name     string
+		Checksum *string
+	}
+	recorded, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	if err != nil {
 		return res, fmt.Errorf("migrate: read schema_migrations: %w", err)
 	}
-	for _, n := range names {
-		applied[n] = true
+	applied := map[string]*string{}
+	for _, r := range recorded {
+		applied[r.Name] = r.Checksum
+	}
+	var names, sums []string
+	for _, m := range list {
+		names, sums = append(names, m.Name), append(sums, m.Checksum)
+		sum, done := applied[m.Name]
+		if done && sum != nil && *sum != m.Checksum {
+			return Result{}, &ChangedError{Schema: schema, Name: m.Name, Recorded: *sum, Build: m.Checksum}
+		}
+	}
+	if _, err := tx.Exec(ctx, b.backfill, names, sums); err != nil {
+		return res, fmt.Errorf("migrate: record checksums: %w", err)
 	}
 	for _, m := range list {
-		if applied[m.Name] {
+		if _, done := applied[m.Name]; done {
 			res.Skipped = append(res.Skipped, m.Name)
 			continue
 		}
@@ -113,7 +304,7 @@ func Apply(ctx context.Context, conn Conn, schema string) (Result, error) {
 		if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return Result{}, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+quoted+`.schema_migrations (name) VALUES ($1)`, m.Name); err != nil {
+		if _, err := tx.Exec(ctx, b.record, m.Name, m.Checksum, m.Compatible); err != nil {
 			return Result{}, fmt.Errorf("migrate: record %s: %w", m.Name, err)
 		}
 		res.Applied = append(res.Applied, m.Name)

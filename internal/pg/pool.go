@@ -1,7 +1,9 @@
 // Package pg opens the functions' connection pool, and resolves how it
 // authenticates: a plain DATABASE_URL, a Secrets Manager secret
-// (DATABASE_SECRET_ARN), or an RDS IAM token per connection
-// (DATABASE_IAM_AUTH).
+// (DATABASE_SECRET_ARN, re-read once when a rotated password is refused),
+// or an RDS IAM token per connection (DATABASE_IAM_AUTH); and how it
+// verifies the server: sslmode=verify-full against DATABASE_CA_PEM or
+// DATABASE_CA_SECRET_ARN when one is given.
 package pg
 
 import (
@@ -40,8 +42,8 @@ type Options struct {
 // two connections cover a pass plus one spare for a re-dial after a drop.
 // The pool lives across invocations of a warm environment. It connects
 // lazily: the first query dials.
-func NewPool(ctx context.Context, db config.Database, opts Options) (*pgxpool.Pool, error) {
-	pc, err := PoolConfig(ctx, db, opts)
+func NewPool(ctx context.Context, db config.Database, opts Options) (*Pool, error) {
+	pc, login, err := resolve(ctx, db, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -49,17 +51,24 @@ func NewPool(ctx context.Context, db config.Database, opts Options) (*pgxpool.Po
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
 	}
-	return pool, nil
+	return &Pool{Pool: pool, login: login}, nil
 }
 
 // PoolConfig resolves the connection settings without dialling: the secret
 // is read here (once, at init), and with IAM auth the returned config signs
 // a fresh token in BeforeConnect for every new connection.
 func PoolConfig(ctx context.Context, db config.Database, opts Options) (*pgxpool.Config, error) {
-	connString, variable := db.URL, "DATABASE_URL"
-	if db.SecretARN != "" {
-		variable = "DATABASE_SECRET_ARN"
-		client := opts.Secrets
+	pc, _, err := resolve(ctx, db, opts)
+	return pc, err
+}
+
+// resolve is PoolConfig, and in secret mode the login NewPool's Pool
+// re-reads when the server refuses it.
+func resolve(ctx context.Context, db config.Database, opts Options) (*pgxpool.Config, *secretLogin, error) {
+	// One Secrets Manager client for the login and the CA bundle, made
+	// only when one of them needs it.
+	var client SecretsClient = opts.Secrets
+	secrets := func() (SecretsClient, error) {
 		if client == nil {
 			cfg, err := loadAWS(ctx, opts)
 			if err != nil {
@@ -67,26 +76,54 @@ func PoolConfig(ctx context.Context, db config.Database, opts Options) (*pgxpool
 			}
 			client = secretsmanager.NewFromConfig(cfg)
 		}
-		var err error
-		if connString, err = FetchSecret(ctx, client, db.SecretARN); err != nil {
-			return nil, err
+		return client, nil
+	}
+	connString, variable := db.URL, "DATABASE_URL"
+	var login *secretLogin
+	if db.SecretARN != "" {
+		variable = "DATABASE_SECRET_ARN"
+		c, err := secrets()
+		if err != nil {
+			return nil, nil, err
 		}
+		s, err := FetchSecret(ctx, c, db.SecretARN)
+		if err != nil {
+			return nil, nil, err
+		}
+		if s, err = s.Override(db.Host, db.Port, db.Name); err != nil {
+			return nil, nil, fmt.Errorf("config: DATABASE_SECRET_ARN: %s: %w", db.SecretARN, err)
+		}
+		connString = s.ConnString()
+		login = &secretLogin{client: c, arn: db.SecretARN, user: s.Username, password: s.Password}
 	}
 	pc, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		// pgx's message can quote the password; name the variable instead.
-		return nil, fmt.Errorf("config: %s: not a valid connection string", variable)
+		return nil, nil, fmt.Errorf("config: %s: not a valid connection string", variable)
 	}
-	if db.SecretARN != "" || db.IAMAuth {
-		// A password or a token must not cross the network in clear text.
+	roots, err := caBundle(ctx, db, secrets)
+	if err != nil {
+		return nil, nil, err
+	}
+	if db.SecretARN != "" || db.IAMAuth || roots != nil {
+		// A password or a token must not cross the network in clear text,
+		// and a CA bundle is for verifying a TLS server.
 		if err := requireTLS(&pc.ConnConfig.Config); err != nil {
-			return nil, fmt.Errorf("config: %s: %w", variable, err)
+			return nil, nil, fmt.Errorf("config: %s: %w", variable, err)
 		}
+	}
+	if roots != nil {
+		verifyFull(&pc.ConnConfig.Config, roots)
+	}
+	if login != nil {
+		// Every new connection logs in with the login as it is then, so
+		// one that re-read the secret after a rotation serves the rest.
+		pc.BeforeConnect = login.apply
 	}
 	if db.IAMAuth {
 		cfg, err := loadAWS(ctx, opts)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		pc.BeforeConnect = iamToken(cfg)
 		// A token is valid for 15 minutes for *opening* a connection; an
@@ -108,7 +145,7 @@ func PoolConfig(ctx context.Context, db config.Database, opts Options) (*pgxpool
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
-	return pc, nil
+	return pc, login, nil
 }
 
 // pooled makes the connection safe behind a transaction pooler (PgBouncer in
@@ -158,7 +195,7 @@ func requireTLS(c *pgconn.Config) error {
 		}
 	}
 	if len(tls) == 0 {
-		return errors.New("sslmode=disable: a database password or IAM token must travel over TLS; use sslmode=require or stronger")
+		return errors.New("sslmode=disable: a database password or IAM token must travel over TLS, and a CA bundle verifies a TLS server; use sslmode=require or stronger")
 	}
 	c.Host, c.Port, c.TLSConfig = tls[0].Host, tls[0].Port, tls[0].TLSConfig
 	c.Fallbacks = tls[1:]

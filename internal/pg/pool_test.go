@@ -46,6 +46,8 @@ func TestParseSecretShapes(t *testing.T) {
 		{name: "string port, no dbname (RDS-managed master secret)",
 			raw:  `{"username":"u","password":"p","host":"h","port":"5433","engine":"aurora-postgresql"}`,
 			want: RDSSecret{Username: "u", Password: "p", Host: "h", Port: 5433, DBName: "postgres", Engine: "aurora-postgresql"}},
+		{name: "username and password only (RDS-managed master-user secret)", raw: `{"username":"u","password":"p"}`,
+			want: RDSSecret{Username: "u", Password: "p", Port: 5432, DBName: "postgres"}},
 		{name: "no port", raw: `{"username":"u","password":"p","host":"h"}`,
 			want: RDSSecret{Username: "u", Password: "p", Host: "h", Port: 5432, DBName: "postgres"}},
 		{name: "mysql", raw: `{"username":"u","password":"p","host":"h","engine":"mysql"}`, err: "not PostgreSQL"},
@@ -106,8 +108,15 @@ func TestPoolConfigFromSecret(t *testing.T) {
 	if cc.RuntimeParams["application_name"] != "outboxkeeper-fill" {
 		t.Fatalf("application_name = %q", cc.RuntimeParams["application_name"])
 	}
-	if pc.BeforeConnect != nil {
-		t.Fatal("secret mode must not install the IAM hook")
+	// The hook logs each new connection in with the secret's login as it
+	// is then (re-read after a rotation), never with an IAM token.
+	conn := pc.ConnConfig.Copy()
+	conn.Password = ""
+	if err := pc.BeforeConnect(context.Background(), conn); err != nil {
+		t.Fatal(err)
+	}
+	if conn.User != "outbox" || conn.Password != "s3cr:t@" {
+		t.Fatalf("BeforeConnect logs in as %q/%q, want the secret's login", conn.User, conn.Password)
 	}
 }
 

@@ -36,8 +36,11 @@ type RDSSecret struct {
 // named; RDS-managed master secrets carry no dbname.
 const defaultDBName = "postgres"
 
-// ParseSecret decodes an RDS-shaped secret. Errors never quote the secret:
-// it holds a password, and init errors end up in the logs.
+// ParseSecret decodes an RDS-shaped secret. Only username and password are
+// required: an RDS-managed master-user secret (ManageMasterUserPassword)
+// holds nothing else, and the host then comes from DATABASE_HOST (see
+// Override). Errors never quote the secret: it holds a password, and init
+// errors end up in the logs.
 func ParseSecret(raw []byte) (RDSSecret, error) {
 	var doc struct {
 		Username string          `json:"username"`
@@ -66,9 +69,6 @@ func ParseSecret(raw []byte) (RDSSecret, error) {
 	if s.Password == "" {
 		missing = append(missing, "password")
 	}
-	if s.Host == "" {
-		missing = append(missing, "host")
-	}
 	if len(missing) > 0 {
 		return RDSSecret{}, fmt.Errorf("secret lacks %s", strings.Join(missing, ", "))
 	}
@@ -94,6 +94,26 @@ func ParseSecret(raw []byte) (RDSSecret, error) {
 	return s, nil
 }
 
+// Override replaces the secret's host, port and database with those given
+// (DATABASE_HOST, DATABASE_PORT, DATABASE_NAME; empty or 0 keeps the
+// secret's), and reports a secret that still names no host.
+func (s RDSSecret) Override(host string, port int, dbname string) (RDSSecret, error) {
+	if host != "" {
+		s.Host = host
+	}
+	if port != 0 {
+		s.Port = port
+	}
+	if dbname != "" {
+		s.DBName = dbname
+	}
+	if s.Host == "" {
+		return s, errors.New("secret lacks host (an RDS-managed master-user secret holds only username and password): " +
+			"set DATABASE_HOST, the template's DatabaseHost parameter, to the endpoint to dial")
+	}
+	return s, nil
+}
+
 // ConnString renders the secret as a postgres:// URL that requires TLS.
 // net/url escapes the user, password and database, so any character in them
 // survives the round trip through pgx's parser.
@@ -104,30 +124,39 @@ func (s RDSSecret) ConnString() string {
 		Host:   net.JoinHostPort(s.Host, strconv.Itoa(s.Port)),
 		Path:   "/" + s.DBName,
 		// require, not verify-full: RDS server certificates chain to the
-		// RDS CAs, which are not in the Lambda image's trust store.
+		// RDS CAs, which are not in the Lambda image's trust store. With
+		// DATABASE_CA_PEM or DATABASE_CA_SECRET_ARN the pool verifies
+		// against that bundle instead (verifyFull).
 		RawQuery: "sslmode=require",
 	}
 	return u.String()
 }
 
-// FetchSecret reads the secret once and returns its connection string.
-func FetchSecret(ctx context.Context, client SecretsClient, arn string) (string, error) {
-	out, err := client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+// FetchSecret reads and parses the database secret.
+func FetchSecret(ctx context.Context, client SecretsClient, arn string) (RDSSecret, error) {
+	raw, err := secretValue(ctx, client, "DATABASE_SECRET_ARN", arn)
 	if err != nil {
-		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: read secret %s: %w", arn, err)
-	}
-	var raw []byte
-	switch {
-	case out.SecretString != nil:
-		raw = []byte(*out.SecretString)
-	case out.SecretBinary != nil:
-		raw = out.SecretBinary
-	default:
-		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: secret %s has no value", arn)
+		return RDSSecret{}, err
 	}
 	s, err := ParseSecret(raw)
 	if err != nil {
-		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: %s: %w", arn, err)
+		return RDSSecret{}, fmt.Errorf("config: DATABASE_SECRET_ARN: %s: %w", arn, err)
 	}
-	return s.ConnString(), nil
+	return s, nil
+}
+
+// secretValue reads one secret's current value; variable names the
+// setting it came from, for the error.
+func secretValue(ctx context.Context, client SecretsClient, variable, arn string) ([]byte, error) {
+	out, err := client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: read secret %s: %w", variable, arn, err)
+	}
+	switch {
+	case out.SecretString != nil:
+		return []byte(*out.SecretString), nil
+	case out.SecretBinary != nil:
+		return out.SecretBinary, nil
+	}
+	return nil, fmt.Errorf("config: %s: secret %s has no value", variable, arn)
 }

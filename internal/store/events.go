@@ -229,9 +229,14 @@ func NewEventPrune(schema Schema) *EventPrune {
 		//    with the sequence (up to the length of a transaction), so
 		//    searching on past it would read the whole young tail of the
 		//    table for nothing. A later pass moves on once it has aged.
-		//  - gone: the delete, through the primary key, of rows another
-		//    pass does not hold (SKIP LOCKED: overlapping passes share the
-		//    work, each row deleted once, nobody waits).
+		//  - gone: the delete, through the primary key, of the page's rows
+		//    before the young one. No FOR UPDATE SKIP LOCKED here (unlike
+		//    the deliveries' prune): locking a row needs an UPDATE right,
+		//    which the maintainer role has on no column of events, and
+		//    granting one would let it rewrite events. An overlapping pass
+		//    deleting the same rows waits for that one statement, then
+		//    finds them gone and counts nothing: each row still counts
+		//    once. Nothing else locks rows at or below the watermark.
 		// It answers with the count deleted, the last sequence the page
 		// covered (the next batch's cursor) and whether the prefix ended
 		// (a young row, or fewer than $2 rows up to upto).
@@ -244,15 +249,11 @@ func NewEventPrune(schema Schema) *EventPrune {
 			), young AS (
 				SELECT min(sequence) AS sequence FROM page
 				WHERE recorded_at >= now() - $3::bigint * interval '1 microsecond'
-			), doomed AS (
-				SELECT e.sequence FROM ` + t + ` AS e
+			), gone AS (
+				DELETE FROM ` + t + ` AS e
 				WHERE e.sequence = ANY (ARRAY(
 					SELECT p.sequence FROM page p, young
 					WHERE young.sequence IS NULL OR p.sequence < young.sequence))
-				FOR UPDATE SKIP LOCKED
-			), gone AS (
-				DELETE FROM ` + t + ` AS e
-				WHERE e.sequence = ANY (ARRAY(SELECT sequence FROM doomed))
 				RETURNING e.sequence
 			)
 			SELECT

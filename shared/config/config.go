@@ -54,6 +54,20 @@ type Database struct {
 	// IAMAuth asks for a fresh RDS IAM token per new connection
 	// (DATABASE_IAM_AUTH). The host, port, user and database come from URL.
 	IAMAuth bool
+	// Host, Port and Name say where to connect in secret mode
+	// (DATABASE_HOST, DATABASE_PORT, DATABASE_NAME): each one set replaces
+	// the secret's host, port or dbname. An RDS-managed master-user secret
+	// holds only a username and a password, so then Host is needed; with
+	// one that names the instance, Host can point at an RDS Proxy instead.
+	Host string
+	Port int
+	Name string
+	// CAPEM is a PEM bundle of the CAs that sign the server's certificate
+	// (DATABASE_CA_PEM); CASecretARN a Secrets Manager secret holding one
+	// (DATABASE_CA_SECRET_ARN). Either makes every connection
+	// sslmode=verify-full against exactly that bundle.
+	CAPEM       string
+	CASecretARN string
 	// Schema holds the outbox tables (OUTBOX_SCHEMA, default "outbox"). It
 	// is a plain identifier, and always quoted when it reaches SQL.
 	Schema string
@@ -65,11 +79,13 @@ const DefaultSchema = store.DefaultSchema
 // Variable describes one environment variable the configuration reads.
 type Variable struct {
 	Name string
-	// UsedBy lists the functions that read it: "fill", "sweep", "compensate", "prune".
+	// UsedBy lists the functions that read it: "fill", "sweep",
+	// "compensate", "prune", "migrate".
 	UsedBy []string
 }
 
-var all = []string{"fill", "sweep", "compensate", "prune"}
+// all is every function: each logs in, and migrate applies the schema.
+var all = []string{"fill", "sweep", "compensate", "prune", "migrate"}
 
 // Variables lists every variable read here, for the template tests and docs.
 func Variables() []Variable {
@@ -77,6 +93,11 @@ func Variables() []Variable {
 		{"DATABASE_URL", all},
 		{"DATABASE_SECRET_ARN", all},
 		{"DATABASE_IAM_AUTH", all},
+		{"DATABASE_HOST", all},
+		{"DATABASE_PORT", all},
+		{"DATABASE_NAME", all},
+		{"DATABASE_CA_PEM", all},
+		{"DATABASE_CA_SECRET_ARN", all},
 		{"OUTBOX_SCHEMA", all},
 		{"FILL_GRACE", []string{"fill"}},
 		{"FILL_BATCH_LIMIT", []string{"fill"}},
@@ -105,15 +126,36 @@ func Variables() []Variable {
 // ValidSchema reports why name cannot be an outbox schema, or nil.
 func ValidSchema(name string) error { return store.ValidSchema(name) }
 
-// LoadDatabase reads DATABASE_URL, DATABASE_SECRET_ARN, DATABASE_IAM_AUTH and
-// OUTBOX_SCHEMA. Exactly one of the URL or the secret must be given.
+// LoadDatabase reads the DATABASE_* variables and OUTBOX_SCHEMA. Exactly
+// one of the URL or the secret must be given; host, port and name only
+// with the secret (a URL carries its own), and at most one CA source.
 func LoadDatabase(env Lookup) (Database, error) {
 	r := reader{env: env}
 	db := Database{
-		URL:       r.str("DATABASE_URL"),
-		SecretARN: r.str("DATABASE_SECRET_ARN"),
-		IAMAuth:   r.boolean("DATABASE_IAM_AUTH", false),
-		Schema:    r.schema("OUTBOX_SCHEMA"),
+		URL:         r.str("DATABASE_URL"),
+		SecretARN:   r.str("DATABASE_SECRET_ARN"),
+		IAMAuth:     r.boolean("DATABASE_IAM_AUTH", false),
+		Host:        r.host("DATABASE_HOST"),
+		Port:        r.port("DATABASE_PORT"),
+		Name:        r.str("DATABASE_NAME"),
+		CAPEM:       r.str("DATABASE_CA_PEM"),
+		CASecretARN: r.str("DATABASE_CA_SECRET_ARN"),
+		Schema:      r.schema("OUTBOX_SCHEMA"),
+	}
+	overrides := []struct {
+		name, value string
+	}{{"DATABASE_HOST", db.Host}, {"DATABASE_PORT", r.str("DATABASE_PORT")}, {"DATABASE_NAME", db.Name}}
+	for _, o := range overrides {
+		if o.value != "" && db.SecretARN == "" {
+			r.fail(o.name, o.value, "applies to DATABASE_SECRET_ARN only; a DATABASE_URL names its own host, port and database")
+		}
+	}
+	switch {
+	case r.err != nil:
+	case db.CAPEM != "" && db.CASecretARN != "":
+		r.fail("DATABASE_CA_SECRET_ARN", db.CASecretARN, "set only one of DATABASE_CA_PEM and DATABASE_CA_SECRET_ARN")
+	case db.CASecretARN != "" && !strings.HasPrefix(db.CASecretARN, "arn:"):
+		r.fail("DATABASE_CA_SECRET_ARN", db.CASecretARN, "must be a Secrets Manager ARN (arn:...)")
 	}
 	switch {
 	case r.err != nil:
@@ -211,6 +253,29 @@ func (r *reader) schema(name string) string {
 		r.fail(name, v, err.Error())
 	}
 	return v
+}
+
+// host reads a host name or address; what would change a URL's meaning
+// if spliced into one is refused.
+func (r *reader) host(name string) string {
+	v := r.str(name)
+	if strings.ContainsAny(v, " \t/@?#") {
+		r.fail(name, v, "must be a host name or IP address")
+	}
+	return v
+}
+
+// port reads a TCP port; unset is 0.
+func (r *reader) port(name string) int {
+	v := r.str(name)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 65535 {
+		r.fail(name, v, "must be a TCP port, 1 to 65535")
+	}
+	return n
 }
 
 func (r *reader) boolean(name string, def bool) bool {

@@ -10,6 +10,7 @@ import (
 
 	compensatepkg "github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
+	migratepkg "github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
 	prunepkg "github.com/outboxkeeper/outboxkeeper/shared/prune"
 	sweeppkg "github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -83,6 +84,10 @@ func TestEveryVariable(t *testing.T) {
 		errs = append(errs, err)
 		return l, errors.Join(errs...)
 	}
+	// secret: the variable belongs to secret mode, so its cases log in
+	// with DATABASE_SECRET_ARN instead of DATABASE_URL.
+	secret := map[string]bool{"DATABASE_SECRET_ARN": true, "DATABASE_HOST": true, "DATABASE_PORT": true, "DATABASE_NAME": true}
+	const arn = "arn:aws:secretsmanager:eu-west-1:1:secret:db"
 	cases := []struct {
 		name  string
 		good  string
@@ -90,6 +95,12 @@ func TestEveryVariable(t *testing.T) {
 		bad   []string
 	}{
 		{"DATABASE_URL", testURL, func(l loaded) bool { return l.db.URL == testURL }, nil},
+		{"DATABASE_HOST", "outbox.proxy-abc.eu-west-1.rds.amazonaws.com", func(l loaded) bool { return l.db.Host == "outbox.proxy-abc.eu-west-1.rds.amazonaws.com" },
+			[]string{"db.internal/x", "user@db", "two words"}},
+		{"DATABASE_PORT", "6543", func(l loaded) bool { return l.db.Port == 6543 }, []string{"0", "65536", "pg"}},
+		{"DATABASE_NAME", "app", func(l loaded) bool { return l.db.Name == "app" }, nil},
+		{"DATABASE_CA_PEM", "-----BEGIN CERTIFICATE-----", func(l loaded) bool { return l.db.CAPEM != "" }, nil},
+		{"DATABASE_CA_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:1:secret:rds-ca", func(l loaded) bool { return l.db.CASecretARN != "" }, []string{"rds-ca"}},
 		{"DATABASE_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:1:secret:db", func(l loaded) bool { return l.db.SecretARN != "" }, []string{"not-an-arn"}},
 		{"DATABASE_IAM_AUTH", "true", func(l loaded) bool { return l.db.IAMAuth }, []string{"yes please"}},
 		{"OUTBOX_SCHEMA", "billing_outbox", func(l loaded) bool { return l.db.Schema == "billing_outbox" }, []string{"Outbox", "a;drop", "pg_catalog", "1abc", strings.Repeat("a", 64)}},
@@ -125,10 +136,11 @@ func TestEveryVariable(t *testing.T) {
 		}
 		delete(listed, c.name)
 		t.Run(c.name+"/good", func(t *testing.T) {
-			vars := map[string]string{"DATABASE_URL": testURL, c.name: c.good}
-			if c.name == "DATABASE_SECRET_ARN" {
-				delete(vars, "DATABASE_URL")
+			vars := map[string]string{"DATABASE_URL": testURL}
+			if secret[c.name] {
+				vars = map[string]string{"DATABASE_SECRET_ARN": arn}
 			}
+			vars[c.name] = c.good
 			l, err := load(vars)
 			if err != nil {
 				t.Fatal(err)
@@ -139,10 +151,11 @@ func TestEveryVariable(t *testing.T) {
 		})
 		for _, bad := range c.bad {
 			t.Run(c.name+"/bad/"+bad, func(t *testing.T) {
-				vars := map[string]string{"DATABASE_URL": testURL, c.name: bad}
-				if c.name == "DATABASE_SECRET_ARN" {
-					delete(vars, "DATABASE_URL")
+				vars := map[string]string{"DATABASE_URL": testURL}
+				if secret[c.name] {
+					vars = map[string]string{"DATABASE_SECRET_ARN": arn}
 				}
+				vars[c.name] = bad
 				_, err := load(vars)
 				var cerr *Error
 				if !errors.As(err, &cerr) {
@@ -182,6 +195,10 @@ func TestDatabaseSourceRules(t *testing.T) {
 		{"neither URL nor secret", map[string]string{}, "DATABASE_URL"},
 		{"both URL and secret", map[string]string{"DATABASE_URL": testURL, "DATABASE_SECRET_ARN": "arn:aws:secretsmanager:x"}, "DATABASE_SECRET_ARN"},
 		{"IAM auth without URL", map[string]string{"DATABASE_SECRET_ARN": "arn:aws:secretsmanager:x", "DATABASE_IAM_AUTH": "true"}, "DATABASE_IAM_AUTH"},
+		{"host with a URL", map[string]string{"DATABASE_URL": testURL, "DATABASE_HOST": "db.internal"}, "DATABASE_HOST"},
+		{"port with a URL", map[string]string{"DATABASE_URL": testURL, "DATABASE_PORT": "5433"}, "DATABASE_PORT"},
+		{"database name with a URL", map[string]string{"DATABASE_URL": testURL, "DATABASE_NAME": "app"}, "DATABASE_NAME"},
+		{"two CA bundles", map[string]string{"DATABASE_URL": testURL, "DATABASE_CA_PEM": "x", "DATABASE_CA_SECRET_ARN": "arn:aws:secretsmanager:x"}, "DATABASE_CA_SECRET_ARN"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -198,7 +215,8 @@ func TestDatabaseSourceRules(t *testing.T) {
 // login read: every `env` tag is listed for its function, and nothing else.
 func TestVariablesAreThePassConfigsTags(t *testing.T) {
 	tagged := map[string][]string{}
-	for fn, cfg := range map[string]any{"fill": fillpkg.Config{}, "sweep": sweeppkg.Config{}, "compensate": compensatepkg.Config{}, "prune": prunepkg.Config{}} {
+	for fn, cfg := range map[string]any{"fill": fillpkg.Config{}, "sweep": sweeppkg.Config{}, "compensate": compensatepkg.Config{},
+		"prune": prunepkg.Config{}, "migrate": migratepkg.Config{}} {
 		typ := reflect.TypeOf(cfg)
 		for i := range typ.NumField() {
 			if tag, ok := typ.Field(i).Tag.Lookup("env"); ok {

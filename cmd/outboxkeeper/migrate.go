@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
+)
+
+var migrateCommand = &command{
+	name:    "migrate",
+	summary: "apply, inspect or print the outbox schema's migrations",
+	help: `The outbox schema's migrations, embedded in this build (the same as in the
+functions'). Each applied one is recorded in <schema>.schema_migrations with
+the SHA-256 of its file; an applied file must never change.
+
+A deployment with the template's MigrationsEnabled=true (the default)
+applies them itself, with the functions' login, before the functions start.
+These commands are for everyone else: a DBA who applies SQL by hand
+(print), a check before or after a deployment (status), a database the
+stack does not migrate (up).`,
+	sub: []*command{migrateUp, migrateStatus, migratePrint},
+}
+
+type schemaFlags struct{ schema string }
+
+func addSchema(fs *flag.FlagSet, f *schemaFlags) {
+	fs.StringVar(&f.schema, "schema", "", "the outbox schema (default: OUTBOX_SCHEMA, else outbox)")
+}
+
+var migrateUp = &command{
+	name:    "up",
+	summary: "apply every pending migration, in one transaction",
+	help: `Applies every migration the schema lacks, in order, in one transaction, and
+records each with its checksum; nothing is applied when one fails, and
+nothing at all when every one is applied already. Two migrators at once
+wait for each other. It refuses, changing nothing, when an applied
+migration's file differs from this build's.
+
+The login needs to own the schema, or be allowed to create it (CREATE on the
+database) the first time. Afterwards set up the roles, as the owner:
+  SELECT <schema>.grant_maintainer('<functions role>');
+  SELECT <schema>.grant_writer('<application role>');`,
+	flags: func(fs *flag.FlagSet) any { f := &schemaFlags{}; addSchema(fs, f); return f },
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
+		if len(args) > 0 {
+			return usagef("unexpected argument %q", args[0])
+		}
+		l, err := connect(ctx, e, opts.(*schemaFlags).schema)
+		if err != nil {
+			return err
+		}
+		defer l.pool.Close()
+		res, err := migrations.Apply(ctx, l.pool, l.schema)
+		if err != nil {
+			return err
+		}
+		list, err := migrations.Load(l.schema)
+		if err != nil {
+			return err
+		}
+		sums := map[string]string{}
+		for _, m := range list {
+			sums[m.Name] = m.Checksum
+		}
+		latest := list[len(list)-1]
+		fmt.Fprintf(e.stdout, "schema %s on %s: applied %d, already applied %d\n", l.schema, l.target, len(res.Applied), len(res.Skipped))
+		for _, name := range res.Applied {
+			fmt.Fprintf(e.stdout, "  applied %s (sha256 %s)\n", name, sums[name][:12])
+		}
+		fmt.Fprintf(e.stdout, "now at version %d (%s)\n", latest.Version(), latest.Name)
+		return nil
+	},
+}
+
+type statusFlags struct {
+	schemaFlags
+	json bool
+}
+
+var migrateStatus = &command{
+	name:    "status",
+	summary: "applied and pending migrations, by name and checksum",
+	help: `Lists this build's migrations and any the schema has beyond them, each with
+its state and the first 12 hex digits of its file's SHA-256:
+  applied   recorded, with this build's checksum
+  pending   not applied yet: 'outboxkeeper migrate up' applies it
+  changed   applied, but this build's file differs: restore the file as it was
+            applied; a change belongs in a new migration
+  unknown   applied by a newer build; the functions of this one refuse to
+            start unless it is marked compatible (outboxkeeper:compatible)
+
+Exit status 0 when this build's functions can run on the schema, 3 when
+they would refuse to start (the reason is printed), 1 on an error.`,
+	flags: func(fs *flag.FlagSet) any {
+		f := &statusFlags{}
+		addSchema(fs, &f.schemaFlags)
+		fs.BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
+		return f
+	},
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
+		if len(args) > 0 {
+			return usagef("unexpected argument %q", args[0])
+		}
+		f := opts.(*statusFlags)
+		l, err := connect(ctx, e, f.schema)
+		if err != nil {
+			return err
+		}
+		defer l.pool.Close()
+		st, err := migrations.ReadStatus(ctx, l.pool, l.schema)
+		if err != nil {
+			return err
+		}
+		problem := st.Check()
+		if f.json {
+			err = printStatusJSON(e.stdout, l, st, problem)
+		} else {
+			err = printStatus(e.stdout, l, st, problem)
+		}
+		if err != nil {
+			return err
+		}
+		if problem != nil {
+			return errAttention
+		}
+		return nil
+	},
+}
+
+func printStatus(w io.Writer, l *login, st *migrations.Status, problem error) error {
+	latest := st.Latest()
+	current := "version 0 (no migrations applied)"
+	if cur, ok := st.Current(); ok {
+		current = fmt.Sprintf("version %d (%s)", migrations.Version(cur.Name), cur.Name)
+	}
+	fmt.Fprintf(w, "schema %s on %s\n", l.schema, l.target)
+	fmt.Fprintf(w, "at %s; this build requires version %d (%s)\n\n", current, migrations.Version(latest.Name), latest.Name)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MIGRATION\tSTATE\tSHA256\tAPPLIED AT")
+	for _, m := range st.Entries {
+		applied := "-"
+		if m.AppliedAt != nil {
+			applied = m.AppliedAt.UTC().Format(time.DateTime + "Z")
+		}
+		sum := abbreviate(m.Checksum)
+		if m.State == migrations.Changed {
+			sum = abbreviate(m.Recorded) + " applied, " + abbreviate(m.Checksum) + " in this build"
+		}
+		state := string(m.State)
+		if m.State == migrations.Unknown && m.Compatible {
+			state += " (compatible)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Name, state, sum, applied)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if problem != nil {
+		_, err := fmt.Fprintf(w, "\n%v\n", problem)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nup to date: this build's functions can run on this schema\n")
+	return err
+}
+
+func abbreviate(sum string) string {
+	if len(sum) > 12 {
+		return sum[:12]
+	}
+	if sum == "" {
+		return "-"
+	}
+	return sum
+}
+
+func printStatusJSON(w io.Writer, l *login, st *migrations.Status, problem error) error {
+	type entry struct {
+		Name       string     `json:"name"`
+		State      string     `json:"state"`
+		Checksum   string     `json:"checksum"`
+		Recorded   string     `json:"recorded_checksum,omitempty"`
+		AppliedAt  *time.Time `json:"applied_at"`
+		Compatible bool       `json:"compatible"`
+	}
+	out := struct {
+		Schema   string  `json:"schema"`
+		Database string  `json:"database"`
+		Current  string  `json:"current"`
+		Required string  `json:"required"`
+		Ready    bool    `json:"ready"`
+		Problem  string  `json:"problem,omitempty"`
+		Entries  []entry `json:"migrations"`
+	}{Schema: l.schema, Database: l.target, Required: st.Latest().Name, Ready: problem == nil, Entries: []entry{}}
+	if cur, ok := st.Current(); ok {
+		out.Current = cur.Name
+	}
+	if problem != nil {
+		out.Problem = problem.Error()
+	}
+	for _, m := range st.Entries {
+		out.Entries = append(out.Entries, entry{m.Name, string(m.State), m.Checksum, m.Recorded, m.AppliedAt, m.Compatible})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+type printFlags struct {
+	schemaFlags
+	after string
+}
+
+var migratePrint = &command{
+	name:    "print",
+	summary: "the SQL for a schema, to review or apply by hand",
+	help: `Prints the SQL that the migrator would run, rendered for the schema, as one
+transaction that also records each migration with its checksum, so a
+schema migrated from it is recorded exactly as 'migrate up' records one.
+It needs no database. For a schema that has some migrations already,
+--after names the last one it has ('migrate status' shows it).
+
+Apply it as the role that owns the schema (or, the first time, may create
+it), for example:
+  outboxkeeper migrate print --schema outbox > outbox.sql
+  psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f outbox.sql`,
+	flags: func(fs *flag.FlagSet) any {
+		f := &printFlags{}
+		addSchema(fs, &f.schemaFlags)
+		fs.StringVar(&f.after, "after", "", "the last migration the schema already has, e.g. 0005_fill_cycles.sql (default: none)")
+		return f
+	},
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
+		if len(args) > 0 {
+			return usagef("unexpected argument %q", args[0])
+		}
+		f := opts.(*printFlags)
+		schema, err := schemaOf(e, f.schema)
+		if err != nil {
+			return err
+		}
+		return migrations.Print(e.stdout, schema, f.after)
+	},
+}

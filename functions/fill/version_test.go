@@ -1,0 +1,15 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
+)
+
+// The init checks the schema version: a database behind the build, or
+// ahead of it with a migration not marked compatible, fails the init
+// naming both versions; one ahead with compatible migrations only serves.
+func TestInitChecksTheSchemaVersion(t *testing.T) {
+	t.Parallel()
+	lambdatest.InitChecksTheSchemaVersion(t, "fill", map[string]string{"FILL_WATCH": "false"}, []byte(`{"source":"outboxkeeper.schedule"}`))
+}

@@ -1,0 +1,42 @@
+// Command migrate is the deploy-time migration function: it backs the
+// template's custom resource, applying the outbox migrations on Create
+// and Update with the functions' own login, inside their VPC, and doing
+// nothing to the database on Delete. Wiring only; the logic is
+// shared/migrateresource, the migrations are infra/sql.
+package main
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
+	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
+)
+
+func main() {
+	logger := logging.Setup()
+	env := config.Environment()
+	// A configuration error does not end the init here, unlike the other
+	// functions: CloudFormation must get an answer (FAILED, naming the
+	// variable) to Create and Update, and a Delete must still succeed.
+	dbConfig, dbErr := config.LoadDatabase(env)
+	cfg, cfgErr := config.Load[migrateresource.Config](env)
+	misconfigured := errors.Join(cfgErr, dbErr)
+	if misconfigured != nil {
+		cfg = migrateresource.Config{}
+	}
+	// The database is opened per request, and only for Create and Update:
+	// no login, secret read or connection happens at init.
+	open := func(ctx context.Context) (migrateresource.DB, error) {
+		return pg.NewPool(ctx, dbConfig, pg.Options{ApplicationName: "outboxkeeper-migrate"})
+	}
+	svc, err := migrateresource.New(open, cfg, migrateresource.Options{Logger: logger, Misconfigured: misconfigured})
+	if err != nil {
+		logging.InitFailed(logger, "migrate", "build migrate service", err)
+	}
+	lambda.Start(svc.Handle)
+}

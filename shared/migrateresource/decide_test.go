@@ -1,0 +1,57 @@
+package migrateresource
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/cfn"
+)
+
+// A database error can be long (a whole statement in its context); the
+// response must still fit CloudFormation's 4096 bytes, or the stack waits
+// for an answer it will refuse.
+func TestLongReasonIsShortenedToFit(t *testing.T) {
+	for _, reason := range []string{strings.Repeat("x", 10000), strings.Repeat(`"é\`, 3000)} {
+		r := cfn.Response{Status: cfn.StatusFailed, RequestID: "r", LogicalResourceID: "Migrations",
+			StackID: "arn:aws:cloudformation:us-east-1:123456789012:stack/s/1", PhysicalResourceID: "p", Reason: reason}
+		body, err := encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(body) > MaxResponseBytes {
+			t.Errorf("body of %d bytes, over %d", len(body), MaxResponseBytes)
+		}
+		var back cfn.Response
+		if err := json.Unmarshal(body, &back); err != nil {
+			t.Fatalf("not JSON: %v", err)
+		}
+		if !strings.HasSuffix(back.Reason, cut) {
+			t.Errorf("Reason %q… does not say it was shortened", back.Reason[:20])
+		}
+		if !strings.HasPrefix(reason, strings.TrimSuffix(back.Reason, cut)) {
+			t.Error("the shortened Reason is not the start of the original")
+		}
+	}
+}
+
+func TestShortReasonIsKeptWhole(t *testing.T) {
+	body, err := encode(cfn.Response{Status: cfn.StatusFailed, Reason: "relation exists"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `"Reason":"relation exists"`) {
+		t.Errorf("body %s", body)
+	}
+}
+
+func TestPhysicalIDIsStable(t *testing.T) {
+	if got := physicalID(cfn.Event{RequestType: cfn.RequestCreate}, "outbox"); got != "outboxkeeper-migrations-outbox" {
+		t.Errorf("Create: %q", got)
+	}
+	for _, rt := range []cfn.RequestType{cfn.RequestUpdate, cfn.RequestDelete} {
+		if got := physicalID(cfn.Event{RequestType: rt, PhysicalResourceID: "given"}, "other"); got != "given" {
+			t.Errorf("%s: %q, want the id CloudFormation sent", rt, got)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package migrateresource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/cfn"
+	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
+)
+
+// ResponseReserve is kept back from the invocation's deadline for the
+// response: migrations still running then are cancelled (their
+// transaction rolls back) so that CloudFormation always hears FAILED,
+// instead of waiting for an answer from an invocation Lambda killed.
+const ResponseReserve = 5 * time.Second
+
+// Handle is the Lambda handler: it answers one request at its
+// ResponseURL and logs one line. It returns an error only when the
+// response could not be delivered; Lambda then retries the asynchronous
+// invocation, which is safe: the migrations applied are recorded, and a
+// second run applies nothing.
+func (s *Service) Handle(ctx context.Context, ev cfn.Event) error {
+	res := s.RunOnce(ctx, ev)
+	level := slog.LevelInfo
+	if res.Status != string(cfn.StatusSuccess) || !res.Responded {
+		level = slog.LevelError
+	}
+	s.opts.Logger.LogAttrs(ctx, level, "migrate "+res.RequestType, slog.Any("", res))
+	if !res.Responded {
+		return fmt.Errorf("migrate: respond to CloudFormation: %s", res.ResponseError)
+	}
+	return nil
+}
+
+// RunOnce does what ev asks and sends the response.
+func (s *Service) RunOnce(ctx context.Context, ev cfn.Event) *Result {
+	start := s.opts.Now()
+	res := &Result{
+		RequestType:        string(ev.RequestType),
+		LogicalResourceID:  ev.LogicalResourceID,
+		PhysicalResourceID: physicalID(ev, s.cfg.Schema),
+		Schema:             s.cfg.Schema,
+		Applied:            []string{},
+	}
+	resp := cfn.Response{
+		Status:             cfn.StatusSuccess,
+		RequestID:          ev.RequestID,
+		LogicalResourceID:  ev.LogicalResourceID,
+		StackID:            ev.StackID,
+		PhysicalResourceID: res.PhysicalResourceID,
+	}
+	apply, known := applies(ev.RequestType)
+	var err error
+	switch {
+	case !known:
+		err = fmt.Errorf("unknown RequestType %q (want Create, Update or Delete)", ev.RequestType)
+	case apply:
+		err = s.apply(ctx, res)
+	}
+	if err != nil {
+		resp.Status = cfn.StatusFailed
+		resp.Reason = reason(s.cfg.Schema, err)
+	} else if apply {
+		resp.Data = map[string]any{"SchemaVersion": res.Version, "Applied": fmt.Sprint(len(res.Applied))}
+	}
+	res.Status, res.Reason = string(resp.Status), resp.Reason
+	body, err := encode(resp)
+	if err == nil {
+		err = s.send(ctx, ev.ResponseURL, body)
+	}
+	res.Responded = err == nil
+	if err != nil {
+		res.ResponseError = err.Error()
+	}
+	res.DurationMS = s.opts.Now().Sub(start).Milliseconds()
+	return res
+}
+
+// apply runs the migrations, bounded by the invocation's deadline less
+// ResponseReserve.
+func (s *Service) apply(ctx context.Context, res *Result) error {
+	if s.opts.Misconfigured != nil {
+		return s.opts.Misconfigured
+	}
+	actx := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(ctx, deadline.Add(-ResponseReserve))
+		defer cancel()
+	}
+	db, err := s.open(actx)
+	if err != nil {
+		return fmt.Errorf("log in: %w", err)
+	}
+	defer db.Close()
+	r, err := migrations.Apply(actx, db, s.cfg.Schema)
+	if err != nil {
+		if errors.Is(actx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("the migrations did not finish within the function's timeout less %s; "+
+				"they run in one transaction, which rolled back, so nothing changed: %w", ResponseReserve, err)
+		}
+		return err
+	}
+	res.Applied, res.AlreadyApplied = append(res.Applied, r.Applied...), len(r.Skipped)
+	res.Version = migrations.Latest().Name
+	return nil
+}
+
+// reason is the Reason of a FAILED response: what CloudFormation shows in
+// the stack's events, so it says what failed and where to read more.
+func reason(schema string, err error) string {
+	r := fmt.Sprintf("outboxkeeper could not migrate schema %s: %v", schema, err)
+	if stream := lambdacontext.LogStreamName; stream != "" {
+		r += " (log stream " + stream + ")"
+	}
+	return r
+}

@@ -1,0 +1,102 @@
+// Package migrateresource is the logic of functions/migrate: the
+// CloudFormation custom resource that applies the outbox migrations at
+// deploy time, with the functions' own login, inside their VPC, before the
+// other functions are created (docs/design.md §11).
+//
+// Create and Update apply the embedded migrations (infra/sql, one
+// transaction, a no-op when already applied); Delete changes nothing in
+// the database and does not even connect to it, so deleting a stack, or
+// rolling back a failed Create, works whatever state the database is in.
+// Every request is answered by a PUT of the response CloudFormation
+// expects to the request's pre-signed ResponseURL: SUCCESS, or FAILED with
+// the database's error as the Reason, which fails the deployment and shows
+// in the stack's events.
+package migrateresource
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+)
+
+// Config is the resource's configuration. A zero field means its default.
+type Config struct {
+	// Schema is the outbox schema to migrate (OUTBOX_SCHEMA, default
+	// "outbox").
+	Schema string `env:"OUTBOX_SCHEMA"`
+}
+
+// WithDefaults fills in every zero field.
+func (c Config) WithDefaults() Config {
+	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
+	return c
+}
+
+// Validate is the one check of a Config; its *setting.Error names the
+// field.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	v := setting.Checker{Pass: "migrate"}
+	_, err := store.ParseSchema(c.Schema)
+	v.Check(err == nil, "Schema", c.Schema, "must be a plain lower-case identifier, not pg_*")
+	return v.Err()
+}
+
+// DB is what the migrations run on: a pool that hands out the one
+// connection their transaction needs.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Close()
+}
+
+// Opener logs in to the database. It is called for Create and Update
+// only, and the DB it returns is closed when the request is answered.
+type Opener func(ctx context.Context) (DB, error)
+
+// Options are the injectable parts of a Service.
+type Options struct {
+	// Misconfigured is the error loading the function's configuration
+	// failed with, if it did. The function does not fail its init for it,
+	// as the other functions do: CloudFormation would then get no answer
+	// and wait for the resource's ServiceTimeout, and a stack's Delete
+	// would hang on it. Create and Update fail with it as their Reason
+	// instead, naming the variable; Delete needs no configuration.
+	Misconfigured error
+	// HTTP sends the response. Default: a client with a 10 s timeout per
+	// attempt.
+	HTTP *http.Client
+	// Logger receives one line per request. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Service answers the custom resource's requests.
+type Service struct {
+	open Opener
+	cfg  Config
+	opts Options
+}
+
+// New applies the defaults and validates cfg.
+func New(open Opener, cfg Config, opts Options) (*Service, error) {
+	if open == nil {
+		return nil, &setting.Error{Pass: "migrate", Field: "open", Value: nil, Reason: "must not be nil"}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opts.HTTP = cmp.Or(opts.HTTP, &http.Client{Timeout: 10 * time.Second})
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Service{open: open, cfg: cfg.WithDefaults(), opts: opts}, nil
+}

@@ -1,0 +1,34 @@
+package migrateresource
+
+import (
+	"log/slog"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+)
+
+// Result is what one request did: the log line, and what the response
+// said.
+type Result struct {
+	RequestType        string `json:"request_type"`
+	LogicalResourceID  string `json:"logical_resource_id"`
+	PhysicalResourceID string `json:"physical_resource_id"`
+	Schema             string `json:"schema"`
+	// Status and Reason are the response's.
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+	// Applied names the migrations this request applied; AlreadyApplied
+	// counts those it found applied.
+	Applied        []string `json:"applied"`
+	AlreadyApplied int      `json:"already_applied"`
+	// Version is the schema's last migration after a successful Create
+	// or Update.
+	Version string `json:"version,omitempty"`
+	// Responded says the response reached ResponseURL; ResponseError is
+	// why not.
+	Responded     bool   `json:"responded"`
+	ResponseError string `json:"response_error,omitempty"`
+	DurationMS    int64  `json:"duration_ms"`
+}
+
+// LogValue logs the result under its JSON names.
+func (r *Result) LogValue() slog.Value { return logging.JSONValue(r) }
