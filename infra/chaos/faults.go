@@ -77,16 +77,17 @@ func (f *faults) inject(ctx context.Context, kind string) error {
 		begin := time.Now()
 		lock := `LOCK TABLE outbox.deliveries IN ACCESS EXCLUSIVE MODE`
 		if kind == lockFillState {
-			// A row lock takes an xid: it holds the proof back as well.
 			lock = `SELECT 1 FROM outbox.fill_state FOR UPDATE`
 		}
 		if _, err := tx.Exec(bg, lock); err != nil {
 			return err
 		}
 		_ = budget.Sleep(ctx, lockFor)
-		if kind == lockFillState {
-			f.l.block(begin, time.Now())
-		}
+		// Both hold the proof back: a row lock takes an xid, and so does
+		// an ACCESS EXCLUSIVE lock (it is WAL-logged for standbys); on
+		// deliveries, every writer that enqueues waits behind it inside
+		// its own transaction, older than any marker taken meanwhile.
+		f.l.block(begin, time.Now())
 		return nil
 	case shortDeadline:
 		// The invocation is handed the lease and ends on its own deadline

@@ -65,7 +65,7 @@ type row struct {
 
 // judge reads the database and the queues after quiescence and holds them
 // to the run's ledger.
-func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *consumer, cfg fill.Config, stuckAfter time.Duration) (*Report, error) {
+func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *consumer, cfg fill.Config, stuckAfter time.Duration, runStart time.Time) (*Report, error) {
 	l := w.l
 	rows, err := pool.Query(ctx, `SELECT sequence, payload::text, filled_by, recorded_at FROM outbox.events ORDER BY sequence`)
 	if err != nil {
@@ -177,6 +177,7 @@ func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *co
 	// Every abandoned sequence filled within the bound.
 	late, filled := 0, 0
 	var worst time.Duration
+	worstCase := ""
 	for seq, a := range l.abandoned {
 		e, ok := byseq[seq]
 		if !ok || e.FilledBy == nil {
@@ -184,14 +185,21 @@ func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *co
 		}
 		filled++
 		bound := local.FillBound(a.at, cfg.Grace, cfg.Tick, l.blockers).Add(allowance)
-		if e.RecordedAt.After(bound) {
+		if past := e.RecordedAt.Sub(bound); past > 0 {
 			late++
-			worst = max(worst, e.RecordedAt.Sub(bound))
+			if past > worst {
+				// Enough to tell a slow statement from a missed wake-up.
+				worst = past
+				worstCase = fmt.Sprintf("; worst: sequence %d (%s, reported %v) abandoned at +%.3fs, due +%.3fs, filled by %s at +%.3fs",
+					seq, a.how, a.reported, a.at.Sub(runStart).Seconds(), bound.Sub(runStart).Seconds(),
+					*e.FilledBy, e.RecordedAt.Sub(runStart).Seconds()) +
+					"; faults in the 5s before until then: " + l.faultsBetween(a.at.Add(-5*time.Second), e.RecordedAt, runStart)
+			}
 		}
 	}
 	add("every abandoned sequence filled within the bound", late == 0 && filled == len(l.abandoned),
-		"%d of %d filled; %d late (worst %.1fs past grace %s + tick %s, or a tick after a blocker, + %s)",
-		filled, len(l.abandoned), late, worst.Seconds(), cfg.Grace, cfg.Tick, allowance)
+		"%d of %d filled; %d late (worst %.3fs past grace %s + tick %s, or a tick after a blocker, + %s)%s",
+		filled, len(l.abandoned), late, worst.Seconds(), cfg.Grace, cfg.Tick, allowance, worstCase)
 
 	add("no invocation killed by its timeout", s.killed.Load() == 0,
 		"%d invocations, %d failed (the restart), %d killed", s.invocations.Load(), s.failed.Load(), s.killed.Load())

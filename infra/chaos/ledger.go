@@ -3,6 +3,7 @@ package chaos
 import (
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,7 @@ type ledger struct {
 	blockers []local.Interval
 	// faults and hostile reports by kind; errors by where they happened.
 	faults, hostile map[string]int
+	faultLog        []faultAt
 	// hostileKind maps each hostile body sent to its kind, so the DLQ's
 	// contents can be counted by kind.
 	hostileKind map[[32]byte]string
@@ -103,6 +105,28 @@ func (l *ledger) fault(kind string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.faults[kind]++
+	l.faultLog = append(l.faultLog, faultAt{kind: kind, at: time.Now()})
+}
+
+// faultAt is one injected fault, for explaining a late fill.
+type faultAt struct {
+	kind string
+	at   time.Time
+}
+
+// faultsBetween names the faults injected in [from, to], relative to
+// start (the caller holds l.mu).
+func (l *ledger) faultsBetween(from, to, start time.Time) string {
+	var out []string
+	for _, f := range l.faultLog {
+		if !f.at.Before(from) && !f.at.After(to) {
+			out = append(out, fmt.Sprintf("%s at +%.3fs", f.kind, f.at.Sub(start).Seconds()))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
 
 func (l *ledger) sentHostile(kind, body string) {
