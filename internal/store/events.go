@@ -69,9 +69,16 @@ func NewEvents(schema Schema) *Events {
 		// It answers with what it wrote as a count and a range, not the
 		// sequences themselves: a thousand-row batch costs no array to
 		// build, sort and send back.
+		// Only above the fill watermark: every sequence at or below it is
+		// present or was pruned (§6b), and a placeholder re-created in
+		// pruned history (a report redriven from the DLQ weeks later, or
+		// a forged one) would be the youngest row of the oldest prefix,
+		// which stops event retention there for a whole retention period.
+		// Such a sequence counts as already present.
 		fill: `WITH wrote AS (
 				INSERT INTO ` + t + ` (sequence, filled_by)
 				SELECT s, $2 FROM unnest($1::bigint[]) AS s
+				WHERE s > (SELECT coalesce(max(watermark), 0) FROM ` + schema.Table("fill_state") + `)
 				ON CONFLICT (sequence) DO NOTHING
 				RETURNING sequence)
 			SELECT count(*), coalesce(min(sequence), 0), coalesce(max(sequence), 0),
