@@ -92,11 +92,13 @@ func (f *faults) inject(ctx context.Context, kind string) error {
 	case shortDeadline:
 		// The invocation is handed the lease and ends on its own deadline
 		// with no successor; until the schedule's next one, nobody
-		// watches: a blind moment the bound allows for.
+		// watches: a blind moment the bound allows for (the next pass
+		// first sees what was given up meanwhile, so its grace starts
+		// then).
 		begin := time.Now()
 		f.pending.Go(func() {
 			f.s.invoke(ctx, f.s.fillShort, f.s.tmpl.FillInput)
-			f.l.block(begin, f.s.nextFillAfter(time.Now()))
+			f.l.blind(begin, f.s.nextFillAfter(time.Now()))
 		})
 		return nil
 	}

@@ -103,7 +103,10 @@ func (h *hostile) body(ctx context.Context, kind string) (string, bool) {
 	}
 	switch kind {
 	case aboveHead:
-		return fmt.Sprintf(`{"v":1,"sequences":[%d]}`, head+1000), true
+		// Far above: the writers allocate over a thousand a second, and a
+		// sequence they reach before compensate reads the report is no
+		// longer above the head.
+		return fmt.Sprintf(`{"v":1,"sequences":[%d]}`, head+1_000_000_000), true
 	case futureXID:
 		return fmt.Sprintf(`{"v":1,"xid":"%d","sequences":[%d]}`, xmax+10_000_000, max(head, 1)), true
 	case otherEpoch:

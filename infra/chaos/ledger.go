@@ -101,6 +101,14 @@ func (l *ledger) block(begin, end time.Time) {
 	l.blockers = append(l.blockers, local.Interval{Begin: begin, End: end})
 }
 
+// blind records a moment nobody watched: a sequence given up during it is
+// first seen, and its grace starts, at end.
+func (l *ledger) blind(begin, end time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.blockers = append(l.blockers, local.Interval{Begin: begin, End: end, Blind: true})
+}
+
 func (l *ledger) fault(kind string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
