@@ -84,13 +84,14 @@ func (h *hostile) run(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		if _, err := h.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(h.queue), MessageBody: aws.String(body)}); err != nil {
+		out, err := h.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(h.queue), MessageBody: aws.String(body)})
+		if err != nil {
 			if ctx.Err() == nil {
 				h.w.l.fail("hostile send", err)
 			}
 			continue
 		}
-		h.w.l.sentHostile(kind, body)
+		h.w.l.sentHostile(kind, aws.ToString(out.MessageId))
 	}
 }
 

@@ -152,12 +152,19 @@ func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *co
 	add("no delivery left delivered past the threshold", stuck == 0, "%d stuck, %d open, %d acks lost", stuck, open, w.lostAcks.Load())
 
 	// Hostile reports.
-	dlq, err := drainDLQ(ctx, s.sqs, s.queues.DLQURL, func(body string) string {
-		return l.hostileKind[bodyKey(body)] // the judge holds l.mu
+	dlq, err := drainDLQ(ctx, s.sqs, s.queues.DLQURL, func(id string) string {
+		return l.hostileByID[id] // the judge holds l.mu
 	})
 	if err != nil {
 		return nil, err
 	}
+	var notInDLQ []string
+	for id, kind := range l.hostileByID {
+		if slices.Contains(toDLQ, kind) && !dlq.ids[id] {
+			notInDLQ = append(notInDLQ, kind+" "+id)
+		}
+	}
+	sort.Strings(notInDLQ)
 	var refusedWrong []string
 	for _, k := range toDLQ {
 		if dlq.byKind[k] != l.hostile[k] {
@@ -170,9 +177,14 @@ func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *co
 		}
 	}
 	sort.Strings(refusedWrong)
+	absent := ""
+	if len(notInDLQ) > 0 {
+		absent = fmt.Sprintf("; %d not in the DLQ, by source message id: %s", len(notInDLQ), strings.Join(notInDLQ[:min(8, len(notInDLQ))], ", "))
+	}
 	add("every hostile report rejected or harmless",
 		len(refusedWrong) == 0 && dlq.withReason == dlq.total && overwritten == 0 && lost == 0,
-		"%d dead-lettered (%d with a reason); %s", dlq.total, dlq.withReason, orNone(strings.Join(refusedWrong, "; "), "each refused kind exactly, the rest harmless"))
+		"%d dead-lettered (%d with a reason); %s%s", dlq.total, dlq.withReason,
+		orNone(strings.Join(refusedWrong, "; "), "each refused kind exactly, the rest harmless"), absent)
 
 	// Every abandoned sequence filled within the bound.
 	late, filled := 0, 0
@@ -247,16 +259,19 @@ func countsOf(m map[string]int) string {
 }
 
 // dlqContents is what the DLQ held at the end: messages by the kind of
-// hostile report they were sent as ("an honest report" when none), and how
-// many carry an `error` attribute.
+// hostile report they were sent as ("an honest report" when none, "no
+// source id" for one the queue's redrive policy moved), the source message
+// ids seen, and how many carry an `error` attribute.
 type dlqContents struct {
 	total, withReason int
 	byKind            map[string]int
+	ids               map[string]bool
 }
 
-// drainDLQ receives everything in the DLQ and classifies it with kindOf.
-func drainDLQ(ctx context.Context, c *sqs.Client, url string, kindOf func(body string) string) (dlqContents, error) {
-	d := dlqContents{byKind: map[string]int{}}
+// drainDLQ receives everything in the DLQ and classifies each message by
+// its source_message_id with kindOf.
+func drainDLQ(ctx context.Context, c *sqs.Client, url string, kindOf func(sourceID string) string) (dlqContents, error) {
+	d := dlqContents{byKind: map[string]int{}, ids: map[string]bool{}}
 	for {
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
@@ -270,14 +285,18 @@ func drainDLQ(ctx context.Context, c *sqs.Client, url string, kindOf func(body s
 		}
 		for _, m := range out.Messages {
 			d.total++
-			kind := kindOf(aws.ToString(m.Body))
-			if kind == "" {
-				kind = "an honest report"
-			}
-			d.byKind[kind]++
 			if a, ok := m.MessageAttributes["error"]; ok && aws.ToString(a.StringValue) != "" {
 				d.withReason++
 			}
+			source := aws.ToString(m.MessageAttributes["source_message_id"].StringValue)
+			kind := "no source id"
+			if source != "" {
+				d.ids[source] = true
+				if kind = kindOf(source); kind == "" {
+					kind = "an honest report"
+				}
+			}
+			d.byKind[kind]++
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"strings"
 	"sync"
@@ -34,9 +33,10 @@ type ledger struct {
 	// faults and hostile reports by kind; errors by where they happened.
 	faults, hostile map[string]int
 	faultLog        []faultAt
-	// hostileKind maps each hostile body sent to its kind, so the DLQ's
-	// contents can be counted by kind.
-	hostileKind map[[32]byte]string
+	// hostileByID maps each hostile report's message id to its kind, so
+	// the DLQ's contents (which name it in source_message_id) can be
+	// counted by kind, and a missing one named.
+	hostileByID map[string]string
 	errs        map[string]int
 	firstErrs   []string
 
@@ -53,7 +53,7 @@ type abandonment struct {
 func newLedger() *ledger {
 	return &ledger{
 		committed: map[int64]string{}, xidOf: map[int64]uint64{}, abandoned: map[int64]abandonment{},
-		inDoubt: map[int64]string{}, faults: map[string]int{}, hostile: map[string]int{}, hostileKind: map[[32]byte]string{}, errs: map[string]int{},
+		inDoubt: map[int64]string{}, faults: map[string]int{}, hostile: map[string]int{}, hostileByID: map[string]string{}, errs: map[string]int{},
 	}
 }
 
@@ -137,15 +137,12 @@ func (l *ledger) faultsBetween(from, to, start time.Time) string {
 	return strings.Join(out, ", ")
 }
 
-func (l *ledger) sentHostile(kind, body string) {
+func (l *ledger) sentHostile(kind, messageID string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.hostile[kind]++
-	l.hostileKind[bodyKey(body)] = kind
+	l.hostileByID[messageID] = kind
 }
-
-// bodyKey identifies a message body without keeping a 1 MiB copy of it.
-func bodyKey(body string) [32]byte { return sha256.Sum256([]byte(body)) }
 
 // fail records an error the workload met. Errors are expected while the
 // faults run (a killed connection, the restart); the judge reports them

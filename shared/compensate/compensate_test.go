@@ -699,6 +699,10 @@ func TestBadInputToDLQ(t *testing.T) {
 		f.send(b)
 	}
 	ev := f.receive(len(bad)+1, 10*time.Second)
+	idOf := map[string]string{} // body → its message id on the source queue
+	for _, r := range ev.Records {
+		idOf[r.Body] = r.MessageId
+	}
 	res := process(f.svc, ctx, ev)
 	if res.Filled != 2 {
 		t.Errorf("Filled = %d, want the good report's 2", res.Filled)
@@ -730,6 +734,9 @@ func TestBadInputToDLQ(t *testing.T) {
 		}
 		if !strings.Contains(reason, wantReason[name]) {
 			t.Errorf("%s: DLQ reason %q, want it to contain %q", name, reason, wantReason[name])
+		}
+		if source, want := aws.ToString(m.MessageAttributes["source_message_id"].StringValue), idOf[aws.ToString(m.Body)]; source != want {
+			t.Errorf("%s: source_message_id %q, want the report's own message id %q", name, source, want)
 		}
 		reasons[reason] = true
 	}
