@@ -31,6 +31,10 @@ func main() {
 	if err != nil {
 		logging.InitFailed(log, "compensate", "load compensate configuration", err)
 	}
+	stack, err := config.LoadStack(env)
+	if err != nil {
+		logging.InitFailed(log, "compensate", "load the stack name", err)
+	}
 	// Loaded once for SQS and, in secret or IAM mode, the pool.
 	// LoadDefaultConfig honours AWS_ENDPOINT_URL_SQS, which is how the local
 	// stack points the client at its emulator.
@@ -53,7 +57,7 @@ func main() {
 	svc, err := compensate.New(pool, cfg, compensate.Options{
 		SQS:     sqs.NewFromConfig(awsCfg),
 		Logger:  log,
-		Metrics: metrics.New("compensate"),
+		Metrics: &metrics.Emitter{Function: "compensate", Stack: stack},
 	})
 	if err != nil {
 		logging.InitFailed(log, "compensate", "build compensate service", err)

@@ -30,6 +30,10 @@ func main() {
 	if err != nil {
 		logging.InitFailed(logger, "fill", "load fill configuration", err)
 	}
+	stack, err := config.LoadStack(env)
+	if err != nil {
+		logging.InitFailed(logger, "fill", "load the stack name", err)
+	}
 	pool, err := pg.NewPool(ctx, dbConfig, pg.Options{ApplicationName: "outboxkeeper-fill"})
 	if err != nil {
 		logging.InitFailed(logger, "fill", "open database pool", err)
@@ -39,7 +43,7 @@ func main() {
 	if err := migrations.Check(ctx, pool, dbConfig.Schema); err != nil {
 		logging.InitFailed(logger, "fill", "check the schema version", err)
 	}
-	svc, err := fill.New(pool, fillConfig, fill.Options{Logger: logger, Metrics: metrics.New("fill")})
+	svc, err := fill.New(pool, fillConfig, fill.Options{Logger: logger, Metrics: &metrics.Emitter{Function: "fill", Stack: stack}})
 	if err != nil {
 		logging.InitFailed(logger, "fill", "build fill service", err)
 	}

@@ -27,6 +27,10 @@ func main() {
 	if err != nil {
 		logging.InitFailed(logger, "prune", "load prune configuration", err)
 	}
+	stack, err := config.LoadStack(env)
+	if err != nil {
+		logging.InitFailed(logger, "prune", "load the stack name", err)
+	}
 	// The pool outlives invocations of a warm environment; the version
 	// check below makes its first connection.
 	pool, err := pg.NewPool(context.Background(), dbConfig, pg.Options{ApplicationName: "outboxkeeper-prune"})
@@ -38,7 +42,7 @@ func main() {
 	if err := migrations.Check(context.Background(), pool, dbConfig.Schema); err != nil {
 		logging.InitFailed(logger, "prune", "check the schema version", err)
 	}
-	svc, err := prune.New(pool, pruneConfig, prune.Options{Logger: logger, Metrics: metrics.New("prune")})
+	svc, err := prune.New(pool, pruneConfig, prune.Options{Logger: logger, Metrics: &metrics.Emitter{Function: "prune", Stack: stack}})
 	if err != nil {
 		logging.InitFailed(logger, "prune", "build prune service", err)
 	}

@@ -27,6 +27,10 @@ func main() {
 	if err != nil {
 		logging.InitFailed(logger, "sweep", "load sweep configuration", err)
 	}
+	stack, err := config.LoadStack(env)
+	if err != nil {
+		logging.InitFailed(logger, "sweep", "load the stack name", err)
+	}
 	// The pool outlives invocations of a warm environment; the version
 	// check below makes its first connection.
 	pool, err := pg.NewPool(context.Background(), dbConfig, pg.Options{ApplicationName: "outboxkeeper-sweep"})
@@ -38,7 +42,7 @@ func main() {
 	if err := migrations.Check(context.Background(), pool, dbConfig.Schema); err != nil {
 		logging.InitFailed(logger, "sweep", "check the schema version", err)
 	}
-	svc, err := sweep.New(pool, sweepConfig, sweep.Options{Logger: logger, Metrics: metrics.New("sweep")})
+	svc, err := sweep.New(pool, sweepConfig, sweep.Options{Logger: logger, Metrics: &metrics.Emitter{Function: "sweep", Stack: stack}})
 	if err != nil {
 		logging.InitFailed(logger, "sweep", "build sweep service", err)
 	}
