@@ -83,6 +83,22 @@ func calledOperations(t *testing.T, path string, operations map[string]bool) []s
 	return ops
 }
 
+// statementActions is a policy statement's Action, one or a list.
+func statementActions(st any) []string {
+	var out []string
+	switch a := get(st, "Action").(type) {
+	case string:
+		out = []string{a}
+	case []any:
+		for _, x := range a {
+			if name, ok := x.(string); ok {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
 // roleSQSActions lists the sqs: actions the inline policies of a
 // function's role allow.
 func (tpl *template) roleSQSActions(fn string) ([]string, error) {
@@ -102,15 +118,8 @@ func (tpl *template) roleSQSActions(fn string) ([]string, error) {
 			if get(s, "Effect") != "Allow" {
 				continue
 			}
-			var listed []any
-			switch a := get(s, "Action").(type) {
-			case string:
-				listed = []any{a}
-			case []any:
-				listed = a
-			}
-			for _, a := range listed {
-				if name, _ := a.(string); strings.HasPrefix(name, "sqs:") {
+			for _, name := range statementActions(s) {
+				if strings.HasPrefix(name, "sqs:") {
 					actions = append(actions, name)
 				}
 			}

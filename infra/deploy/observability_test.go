@@ -374,16 +374,7 @@ func checkOperatorPolicy(tpl *template, calls []string) []string {
 			!reflect.DeepEqual(res, map[string]any{"Fn::GetAtt": []any{"RollbackReportDLQ", "Arn"}}) {
 			problems = append(problems, fmt.Sprintf("OperatorPolicy: a statement on %v, want one of the report queues", res))
 		}
-		var actions []any
-		switch a := get(st, "Action").(type) {
-		case string:
-			actions = []any{a}
-		case []any:
-			actions = a
-		}
-		for _, a := range actions {
-			granted = append(granted, a.(string))
-		}
+		granted = append(granted, statementActions(st)...)
 	}
 	for _, c := range calls {
 		if !slices.Contains(granted, c) {
