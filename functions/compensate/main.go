@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 )
@@ -28,7 +27,7 @@ func main() {
 	svc, err := compensate.New(pool, cfg, compensate.Options{
 		SQS:     sqs.NewFromConfig(awsCfg),
 		Logger:  init.Logger,
-		Metrics: metrics.New("compensate"),
+		Metrics: init.Metrics(),
 	})
 	init.Must(err, "build compensate service")
 	lambda.Start(svc.Handle)

@@ -8,7 +8,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 )
@@ -17,7 +16,7 @@ func main() {
 	init := boot.Start("fill")
 	cfg := boot.Config[fill.Config](init)
 	pool := init.Database(pg.Options{})
-	svc, err := fill.New(pool, cfg, fill.Options{Logger: init.Logger, Metrics: metrics.New("fill")})
+	svc, err := fill.New(pool, cfg, fill.Options{Logger: init.Logger, Metrics: init.Metrics()})
 	init.Must(err, "build fill service")
 	lambda.Start(svc.Handle)
 }

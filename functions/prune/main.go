@@ -7,7 +7,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
@@ -16,7 +15,7 @@ func main() {
 	init := boot.Start("prune")
 	cfg := boot.Config[prune.Config](init)
 	pool := init.Database(pg.Options{})
-	svc, err := prune.New(pool, cfg, prune.Options{Logger: init.Logger, Metrics: metrics.New("prune")})
+	svc, err := prune.New(pool, cfg, prune.Options{Logger: init.Logger, Metrics: init.Metrics()})
 	init.Must(err, "build prune service")
 	lambda.Start(svc.Handle)
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -16,7 +15,7 @@ func main() {
 	init := boot.Start("sweep")
 	cfg := boot.Config[sweep.Config](init)
 	pool := init.Database(pg.Options{})
-	svc, err := sweep.New(pool, cfg, sweep.Options{Logger: init.Logger, Metrics: metrics.New("sweep")})
+	svc, err := sweep.New(pool, cfg, sweep.Options{Logger: init.Logger, Metrics: init.Metrics()})
 	init.Must(err, "build sweep service")
 	lambda.Start(svc.Handle)
 }

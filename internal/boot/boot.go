@@ -11,6 +11,7 @@ import (
 
 	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
@@ -58,4 +59,13 @@ func (in *Init) Database(opts pg.Options) *pg.Pool {
 	in.Must(err, "open database pool")
 	in.Must(migrations.Check(ctx, pool, db.Schema), "check the schema version")
 	return pool
+}
+
+// Metrics is the function's EMF emitter, its Stack dimension from
+// STACK_NAME (the template sets AWS::StackName), so two stacks in one
+// account and region keep their figures apart.
+func (in *Init) Metrics() *metrics.Emitter {
+	stack, err := config.LoadStack(in.Env)
+	in.Must(err, "load the stack name")
+	return &metrics.Emitter{Function: in.Function, Stack: stack}
 }

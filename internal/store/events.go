@@ -13,6 +13,10 @@ import (
 const (
 	FilledByFill       = "fill"
 	FilledByCompensate = "compensate"
+	// FilledByOperator: written by `outboxkeeper skip-stall`, neither
+	// proven abandoned nor reported by its writer, but skipped by a
+	// person, on the record (<schema>.stall_skips, skips.go).
+	FilledByOperator = "operator"
 )
 
 // Event is one row of <schema>.events.

@@ -523,6 +523,9 @@ func (p *pass) close(ctx context.Context, err error) error {
 		switch {
 		case ferr == nil:
 			p.res.HandedOver, p.held = handed, false
+			if err == nil {
+				p.countSkips(fctx)
+			}
 		case errors.Is(ferr, store.ErrBudget) && err == nil:
 			// The lease expires on its own.
 			p.res.TimedOut = ferr.Error()
@@ -537,6 +540,20 @@ func (p *pass) close(ctx context.Context, err error) error {
 		p.res.Error = err.Error()
 	}
 	return err
+}
+
+// countSkips reports the placeholders operators wrote with skip-stall
+// since a pass last counted them: the watermark passes them like its own,
+// and OperatorFilled shows them beside Filled. After the lease is given
+// back, so the statement can never delay the hand-over; a failure costs
+// only the figure, which the next pass reports.
+func (p *pass) countSkips(ctx context.Context) {
+	n, err := p.s.skips.TakeUnreported(ctx, p.q)
+	if err != nil {
+		p.s.opts.Logger.WarnContext(ctx, "fill: could not count operator placeholders", slog.String("error", err.Error()))
+		return
+	}
+	p.res.OperatorFilled = n
 }
 
 // report copies the state into the result.
