@@ -62,8 +62,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		return nil, err
 	}
 	sweepStuck, _ := time.ParseDuration(overrides["sweep"]["SWEEP_STUCK_AFTER"])
-	fmt.Fprintf(out, "chaos: %s of writers and faults, then up to %s to settle; functions on the template's settings but fill every %s and both sweeps every %s (SWEEP_STUCK_AFTER=%s), logs in %s\n",
-		cfg.Duration, cfg.Settle, fillEvery, sweepEvery, sweepStuck, s.logDir)
+	fmt.Fprintf(out, "chaos: %s of writers and faults, then up to %s to settle; functions on the template's settings but fill every %s and both sweeps every %s (SWEEP_STUCK_AFTER=%s), the report queue's visibility timeout %s, logs in %s\n",
+		cfg.Duration, cfg.Settle, fillEvery, sweepEvery, sweepStuck, reportVisibility, s.logDir)
 
 	admin, err := pgxpool.New(ctx, s.directURL)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/budget"
@@ -114,6 +115,34 @@ func (f *faults) restart(ctx context.Context) {
 		f.l.fail("restart", fmt.Errorf("%v: %s", err, out))
 		return
 	}
-	f.l.block(begin, time.Now().Add(time.Second))
+	// The outage ends when the functions can log in again by both of
+	// their paths, not when pg_ctl returns: after a failed server login
+	// PgBouncer refuses new logins for server_login_retry (15 s by
+	// default), and the fill through it is as blocked as if the server
+	// were still down.
+	back := f.reachable(ctx, f.s.directURL, f.s.pooled)
+	f.l.block(begin, back.Add(time.Second))
 	f.l.fault(restartDatabase)
+}
+
+// reachable waits until a query succeeds on a fresh connection to every
+// url, and returns when the last one did (at most a minute on).
+func (f *faults) reachable(ctx context.Context, urls ...string) time.Time {
+	deadline := time.Now().Add(time.Minute)
+	for _, url := range urls {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			try, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			conn, err := pgx.Connect(try, url)
+			if err == nil {
+				_, err = conn.Exec(try, `SELECT 1`)
+				conn.Close(try)
+			}
+			cancel()
+			if err == nil {
+				break
+			}
+			_ = budget.Sleep(ctx, 200*time.Millisecond)
+		}
+	}
+	return time.Now()
 }

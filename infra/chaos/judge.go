@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -266,39 +267,69 @@ type dlqContents struct {
 	total, withReason int
 	byKind            map[string]int
 	ids               map[string]bool
+	kindOf            func(sourceID string) string
 }
 
 // drainDLQ receives everything in the DLQ and classifies each message by
-// its source_message_id with kindOf.
+// its source_message_id with kindOf, deleting what it has counted.
+//
+// A receive whose response never arrives (ten 1 MiB messages are a 10 MiB
+// answer; the SDK retries a broken read with a fresh receive) leaves its
+// messages in flight, unseen: so the drain deletes what it counts, and
+// ends only when the queue says it is empty, waiting out the visibility
+// timeout of anything in flight; a message seen twice (its delete lost)
+// counts once.
 func drainDLQ(ctx context.Context, c *sqs.Client, url string, kindOf func(sourceID string) string) (dlqContents, error) {
-	d := dlqContents{byKind: map[string]int{}, ids: map[string]bool{}}
-	for {
+	const visibility = 15 * time.Second
+	d := dlqContents{byKind: map[string]int{}, ids: map[string]bool{}, kindOf: kindOf}
+	seen := map[string]bool{}
+	deadline := time.Now().Add(4 * visibility)
+	for time.Now().Before(deadline) {
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
-			MessageAttributeNames: []string{"All"}, VisibilityTimeout: 300,
+			MessageAttributeNames: []string{"All"}, VisibilityTimeout: int32(visibility.Seconds()),
 		})
 		if err != nil {
 			return d, err
 		}
 		if len(out.Messages) == 0 {
-			return d, nil
+			left, err := local.Depth(ctx, c, url)
+			if err != nil {
+				return d, err
+			}
+			if left == 0 {
+				return d, nil
+			}
+			continue // in flight: back when its visibility ends
 		}
 		for _, m := range out.Messages {
-			d.total++
-			if a, ok := m.MessageAttributes["error"]; ok && aws.ToString(a.StringValue) != "" {
-				d.withReason++
+			if !seen[aws.ToString(m.MessageId)] {
+				seen[aws.ToString(m.MessageId)] = true
+				d.count(m)
 			}
-			source := aws.ToString(m.MessageAttributes["source_message_id"].StringValue)
-			kind := "no source id"
-			if source != "" {
-				d.ids[source] = true
-				if kind = kindOf(source); kind == "" {
-					kind = "an honest report"
-				}
+			if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
+				return d, err
 			}
-			d.byKind[kind]++
 		}
 	}
+	return d, fmt.Errorf("the DLQ did not empty within %s", 4*visibility)
+}
+
+// count classifies one dead letter.
+func (d *dlqContents) count(m sqstypes.Message) {
+	d.total++
+	if a, ok := m.MessageAttributes["error"]; ok && aws.ToString(a.StringValue) != "" {
+		d.withReason++
+	}
+	source := aws.ToString(m.MessageAttributes["source_message_id"].StringValue)
+	kind := "no source id"
+	if source != "" {
+		d.ids[source] = true
+		if kind = d.kindOf(source); kind == "" {
+			kind = "an honest report"
+		}
+	}
+	d.byKind[kind]++
 }
 
 func orNone(s, none string) string {

@@ -34,6 +34,12 @@ const (
 	// shortTimeout is the Lambda timeout of the invocations that play "the
 	// deadline falls in the middle of a pass".
 	shortTimeout = 5 * time.Second
+	// reportVisibility replaces the report queue's visibility timeout
+	// (the template's 180 s, six times compensate's timeout): a batch that
+	// fails while the database restarts comes back within the settle
+	// rather than minutes after it. Still above compensate's 30 s timeout,
+	// so no message reappears while a batch holds it.
+	reportVisibility = 45 * time.Second
 )
 
 // stack is the functions of one run: each under its own aws-lambda-rie, on
@@ -84,7 +90,9 @@ func startStack(ctx context.Context, root, work, adminURL, poolerAdmin, database
 		return nil, errors.New("AWS_REGION is not set")
 	}
 	s.sqs = sqs.NewFromConfig(awsCfg)
-	if s.queues, err = local.CreateQueues(ctx, s.sqs, fmt.Sprintf("outboxkeeper-chaos-%d", time.Now().UnixNano()), s.tmpl); err != nil {
+	queueTmpl := s.tmpl
+	queueTmpl.VisibilityTimeout = reportVisibility
+	if s.queues, err = local.CreateQueues(ctx, s.sqs, fmt.Sprintf("outboxkeeper-chaos-%d", time.Now().UnixNano()), queueTmpl); err != nil {
 		return nil, err
 	}
 	bins, err := local.BuildBootstraps(ctx, root, filepath.Join(work, "bin"))
