@@ -268,6 +268,7 @@ func TestSkipStallPastABlockedProof(t *testing.T) {
 
 	code, out, errs := cli(t, vars, "status", "--stalled-after", "0s")
 	noPassword("status", out+errs)
+	t.Logf("outboxkeeper status --stalled-after 0s, during the blocked proof (exit %d):\n%s", code, out)
 	wantCode(t, "status", code, exitAttention, out, errs)
 	// Another role's session: its pid, user, application and xid age are
 	// visible to every role, its state and query need pg_read_all_stats.
@@ -314,6 +315,7 @@ func TestSkipStallPastABlockedProof(t *testing.T) {
 
 	code, out, errs = cli(t, vars, "skip-stall", "--to", to, "--reason", "INC-9: nightly report idle in transaction", "--yes")
 	noPassword("skip-stall --yes", out+errs)
+	t.Logf("outboxkeeper skip-stall --to %s --reason ... --yes (exit %d):\n%s", to, code, out)
 	wantCode(t, "skip-stall --yes", code, exitOK, out, errs)
 	wantIn(t, "skip-stall --yes", out, fmt.Sprintf("skipped (%d, %d]: 1 operator placeholder written", gap-1, top), "alice@", "as "+op.Name)
 	if got := filledBy(t, db, gap); got != "operator" {
@@ -338,6 +340,7 @@ func TestSkipStallPastABlockedProof(t *testing.T) {
 		t.Errorf("the next fill pass: OperatorFilled = %d, want 1", res.OperatorFilled)
 	}
 	code, out, errs = cli(t, vars, "status")
+	t.Logf("outboxkeeper status, after skip-stall and the next fill pass (exit %d):\n%s", code, out)
 	wantCode(t, "status after the skip", code, exitOK, out, errs)
 	wantIn(t, "status after the skip", out, "caught up", "SKIPS", "INC-9")
 }
