@@ -24,7 +24,7 @@ type Delivery struct {
 	Kind         string
 	TenantID     *string
 	Payload      []byte
-	State        string
+	State        string // pending, delivered, acked or dead
 	Attempts     int
 	Redeliveries int
 	CreatedAt    time.Time

@@ -35,44 +35,18 @@ type Event struct {
 // Placeholder says the row marks an abandoned sequence; consumers skip it.
 func (e Event) Placeholder() bool { return e.FilledBy != "" }
 
-// Delivery is one row of the delivery outbox.
-type Delivery struct {
-	ID           int64
-	Recipient    string
-	Kind         string
-	TenantID     *string
-	Payload      []byte
-	State        string // pending, delivered, acked or dead
-	Attempts     int
-	Redeliveries int
-	CreatedAt    time.Time
-	DeliveredAt  *time.Time
-	AckedAt      *time.Time
-	DeadAt       *time.Time
-}
+// Delivery is one row of the delivery outbox (State: pending, delivered,
+// acked or dead). An alias of the SQL layer's row, so there is one
+// definition to keep in step with the table.
+type Delivery = store.Delivery
 
 // ErrLostRace is matched (errors.Is) by every *StateConflictError.
-var ErrLostRace = errors.New("delivery state changed concurrently")
+var ErrLostRace = store.ErrLostRace
 
 // StateConflictError is a lost compare-and-set on a delivery: the row was
 // not in the state the transition starts from (another relay, an ack or
 // the sweep moved it).
-type StateConflictError struct {
-	ID     int64
-	From   string // the state the transition required
-	To     string
-	Actual string // the state found, "" when the row does not exist
-}
-
-func (e *StateConflictError) Error() string {
-	actual := e.Actual
-	if actual == "" {
-		actual = "missing"
-	}
-	return fmt.Sprintf("delivery %d: cannot move %s→%s: it is %s", e.ID, e.From, e.To, actual)
-}
-
-func (e *StateConflictError) Is(target error) bool { return target == ErrLostRace }
+type StateConflictError = store.StateConflictError
 
 // RollbackReporter sends a rollback report; sqsreport.Reporter is the one
 // for the compensate function's queue.
@@ -248,37 +222,19 @@ func (o *Outbox) ClaimPending(ctx context.Context, tx pgx.Tx, limit int) ([]Deli
 	if tx == nil {
 		return nil, errors.New("outbox: ClaimPending needs a transaction to hold its row locks")
 	}
-	rows, err := o.deliveries.ClaimPending(ctx, tx, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Delivery, len(rows))
-	for i, r := range rows {
-		out[i] = Delivery(r)
-	}
-	return out, nil
+	return o.deliveries.ClaimPending(ctx, tx, limit)
 }
 
 // MarkDelivered moves a delivery pending→delivered (attempts+1,
 // delivered_at now). A lost race returns a *StateConflictError.
 func (o *Outbox) MarkDelivered(ctx context.Context, tx pgx.Tx, id int64) error {
-	return lostRace(o.deliveries.MarkDelivered(ctx, o.querier(tx), id))
+	return o.deliveries.MarkDelivered(ctx, o.querier(tx), id)
 }
 
 // Ack moves a delivery delivered→acked. A lost race (the sweep reset it,
 // or it was already acked) returns a *StateConflictError.
 func (o *Outbox) Ack(ctx context.Context, tx pgx.Tx, id int64) error {
-	return lostRace(o.deliveries.Ack(ctx, o.querier(tx), id))
-}
-
-// lostRace turns the SQL layer's lost compare-and-set into this package's
-// *StateConflictError; any other error passes through.
-func lostRace(err error) error {
-	var c *store.StateConflictError
-	if errors.As(err, &c) {
-		return &StateConflictError{ID: c.ID, From: c.From, To: c.To, Actual: c.Actual}
-	}
-	return err
+	return o.deliveries.Ack(ctx, o.querier(tx), id)
 }
 
 func (o *Outbox) querier(tx pgx.Tx) store.Querier {
