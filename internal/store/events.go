@@ -55,8 +55,8 @@ func NewEvents(schema Schema) *Events {
 		publish: `SELECT s, pg_current_xact_id() FROM ` + schema.Table("publish_batch") + `($1, $2::jsonb[], $3) AS s`,
 		// <schema>.read_events (infra/sql/0007) is the read side for
 		// every language: rows after the cursor up to, never past, the
-		// first missing sequence above the fill watermark. The planner
-		// inlines it into one index range scan.
+		// first missing sequence above the fill watermark: one index
+		// range scan, its plan kept by the server connection (0011).
 		readContiguous: `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
 			FROM ` + schema.Table("read_events") + `($1, $2)`,
 		readPage: `SELECT sequence FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2`,

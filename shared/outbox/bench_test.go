@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 )
@@ -20,69 +24,102 @@ import (
 const bareRangeScan = `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
 	FROM outbox.events WHERE sequence > $1 ORDER BY sequence LIMIT $2`
 
-// BenchmarkReadEvents: pages of 100 at random positions of a million-row
-// table, through read_events (as ReadContiguous and every language call
-// it) and through the bare range scan, interleaved. Reported: ns per page
-// for each and their ratio.
+// BenchmarkReadEvents: pages of 100 (Consume's default batch) at random
+// positions of a million-row table, through ReadContiguous (read_events,
+// as Consume and every language call it) and through the bare range scan
+// of the same page, interleaved page by page in alternating order; on the
+// two pools a consumer runs on: the functions' pooler-safe one (every
+// statement unnamed, QueryExecModeExec: what works behind PgBouncer and
+// RDS Proxy) and pgx's default (statements prepared and cached per
+// connection). Reported: ns per page each way and the limit's share,
+// bare/read_events (target ≥ 0.5), for each pool.
 func BenchmarkReadEvents(b *testing.B) {
 	db := testdb.New(b)
 	ctx := context.Background()
-	const rows = 1_000_000
+	rows := benchkit.Size[int64](1_000_000, 20_000)
 	for _, sql := range []string{
-		`INSERT INTO outbox.events (sequence, xid, topic, payload) SELECT g, '5', 'order.placed', '{"id":1,"total":"12.50"}' FROM generate_series(1, 1000000) g`,
-		`SELECT setval('outbox.events_sequence_seq', 1000000)`,
-		`UPDATE outbox.fill_state SET started = true, watermark = 1000000`,
-		`VACUUM ANALYZE outbox.events`,
+		`INSERT INTO outbox.events (sequence, xid, topic, payload) SELECT g, '5', 'order.placed', '{"id":1,"total":"12.50"}' FROM generate_series(1, $1::bigint) g`,
+		`SELECT setval('outbox.events_sequence_seq', $1::bigint)`,
+		`UPDATE outbox.fill_state SET started = true, watermark = $1::bigint`,
 	} {
-		if _, err := db.Pool.Exec(ctx, sql); err != nil {
+		if _, err := db.Pool.Exec(ctx, sql, rows); err != nil {
 			b.Fatalf("%s: %v", sql, err)
 		}
 	}
-	ob := newOutbox(b, db, outbox.Options{})
-	var viaFunction, bare time.Duration
-	const pages = 200
-	b.ResetTimer()
-	viaReadEvents := func(after int64) {
+	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE outbox.events`); err != nil {
+		b.Fatal(err)
+	}
+	// pgx's defaults, as an application's own pool has them.
+	appPool, err := pgxpool.New(ctx, db.DirectURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(appPool.Close)
+	type pool struct {
+		name string
+		q    interface {
+			Query(context.Context, string, ...any) (pgx.Rows, error)
+		}
+		ob *outbox.Outbox
+	}
+	pools := []pool{
+		{"pooler-safe", db.Pool, newOutbox(b, db, outbox.Options{})},
+		{"pgx-default", appPool, must(outbox.New(appPool, outbox.Options{}))},
+	}
+	const page = 100
+	spent := map[string]time.Duration{}
+	viaReadEvents := func(p pool, after int64) {
 		start := time.Now()
-		got, err := ob.ReadContiguous(ctx, after, 100)
-		viaFunction += time.Since(start)
-		if err != nil || len(got) != 100 {
-			b.Fatalf("read_events after %d: %d rows, %v", after, len(got), err)
+		got, err := p.ob.ReadContiguous(ctx, after, page)
+		spent[p.name+"/read_events"] += time.Since(start)
+		if err != nil || len(got) != page {
+			b.Fatalf("%s: read_events after %d: %d rows, %v", p.name, after, len(got), err)
 		}
 	}
-	viaBareScan := func(after int64) {
+	viaBareScan := func(p pool, after int64) {
 		start := time.Now()
-		r, err := db.Pool.Query(ctx, bareRangeScan, after, 100)
+		r, err := p.q.Query(ctx, bareRangeScan, after, page)
 		if err != nil {
 			b.Fatal(err)
 		}
-		n := 0
-		for r.Next() {
-			n++
-		}
-		bare += time.Since(start)
-		if r.Err() != nil || n != 100 {
-			b.Fatalf("bare scan after %d: %d rows, %v", after, n, r.Err())
+		// Scanned into the same values ReadContiguous makes, so both
+		// sides pay the same decoding.
+		evs, err := pgx.CollectRows(r, pgx.RowToStructByPos[outbox.Event])
+		spent[p.name+"/bare"] += time.Since(start)
+		if err != nil || len(evs) != page {
+			b.Fatalf("%s: bare scan after %d: %d rows, %v", p.name, after, len(evs), err)
 		}
 	}
-	for range b.N {
+	const pages = 300
+	n := 0
+	for b.Loop() {
 		for i := range pages {
-			// The same page both ways, in alternating order, so neither
-			// always finds the other's pages warm.
-			after := rand.Int64N(rows - 200)
-			if i%2 == 0 {
-				viaReadEvents(after)
-				viaBareScan(after)
-			} else {
-				viaBareScan(after)
-				viaReadEvents(after)
+			// The same page every way, in rotating order, so none always
+			// finds the others' pages warm.
+			after := rand.Int64N(rows - 2*page)
+			arms := []func(){
+				func() { viaReadEvents(pools[0], after) }, func() { viaBareScan(pools[0], after) },
+				func() { viaReadEvents(pools[1], after) }, func() { viaBareScan(pools[1], after) },
+			}
+			for j := range arms {
+				arms[(i+j)%len(arms)]()
 			}
 		}
+		n += pages
 	}
-	n := float64(b.N * pages)
-	b.ReportMetric(float64(viaFunction.Nanoseconds())/n, "read_events-ns/page")
-	b.ReportMetric(float64(bare.Nanoseconds())/n, "bare-ns/page")
-	b.ReportMetric(float64(viaFunction)/float64(bare), "read_events/bare")
+	for _, p := range pools {
+		fn, bare := spent[p.name+"/read_events"], spent[p.name+"/bare"]
+		b.ReportMetric(float64(fn.Nanoseconds())/float64(n), p.name+"-read_events-ns/page")
+		b.ReportMetric(float64(bare.Nanoseconds())/float64(n), p.name+"-bare-ns/page")
+		b.ReportMetric(float64(bare)/float64(fn), p.name+"-bare/read_events")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // BenchmarkPublishNotification: committed transactions of one publish
