@@ -58,23 +58,43 @@ const (
 // unlike a function's two connections.
 const testPoolSize = 10
 
-var (
-	templateOnce sync.Once
-	templateName string
-	templateErr  error
-)
+// template is one cluster's migrated template database, made once per
+// process.
+type template struct {
+	once sync.Once
+	name string
+	err  error
+}
 
-// New creates a fresh migrated database for t and drops it afterwards.
+var templates sync.Map // admin URL -> *template
+
+// New creates a fresh migrated database for t on the local stack's
+// cluster (DATABASE_URL) and drops it afterwards.
 func New(t testing.TB) *DB {
 	t.Helper()
-	adminURL := testenv.Require(t, "DATABASE_URL")
+	return newOn(t, testenv.Require(t, "DATABASE_URL"), true)
+}
+
+// NewOn is New on the cluster adminURL names (a superuser's login to one
+// of its databases), which a test started itself (internal/testcluster):
+// always straight to that server, never through PgBouncer.
+func NewOn(t testing.TB, adminURL string) *DB {
+	t.Helper()
+	return newOn(t, adminURL, false)
+}
+
+func newOn(t testing.TB, adminURL string, mayPool bool) *DB {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx, adminURL) })
-	if templateErr != nil {
-		t.Fatalf("testdb: template database: %v", templateErr)
+	v, _ := templates.LoadOrStore(adminURL, &template{})
+	tmpl := v.(*template)
+	tmpl.once.Do(func() { tmpl.name, tmpl.err = ensureTemplate(ctx, adminURL) })
+	if tmpl.err != nil {
+		t.Fatalf("testdb: template database: %v", tmpl.err)
 	}
+	templateName := tmpl.name
 
 	name := "okt_" + randomHex(8)
 	if err := withAdmin(ctx, adminURL, func(conn *pgx.Conn) error {
@@ -87,7 +107,7 @@ func New(t testing.TB) *DB {
 		t.Fatalf("testdb: %v", err)
 	}
 	dbURL := directURL
-	if os.Getenv(ViaVar) == ViaPgBouncer {
+	if mayPool && os.Getenv(ViaVar) == ViaPgBouncer {
 		if dbURL, err = dburl.ForDatabase(testenv.Require(t, "PGBOUNCER_URL"), name); err != nil {
 			t.Fatalf("testdb: %v", err)
 		}
