@@ -7,10 +7,10 @@ import (
 	"context"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
+	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
@@ -31,10 +31,10 @@ func main() {
 	if err != nil {
 		logging.InitFailed(log, "compensate", "load compensate configuration", err)
 	}
-	// Loaded once for SQS and, in secret or IAM mode, the pool.
-	// LoadDefaultConfig honours AWS_ENDPOINT_URL_SQS, which is how the local
-	// stack points the client at its emulator.
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	// Loaded once for SQS and, in secret or IAM mode, the pool, from
+	// Lambda's variables (awsenv), which include AWS_ENDPOINT_URL_SQS: how
+	// the local stack points the client at its emulator.
+	awsCfg, err := awsenv.Load(ctx)
 	if err != nil {
 		logging.InitFailed(log, "compensate", "load AWS configuration", err)
 	}
