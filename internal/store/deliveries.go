@@ -332,47 +332,54 @@ func NewDeliveryPrune(schema Schema) *DeliveryPrune {
 		// One batch, one statement, its own transaction. Every secondary
 		// index covers open rows only, so old acked rows are found the
 		// way they were written, in id order:
-		//  - page: the next $2 ids after the cursor, through the primary
-		//    key. No lock: most of them are what gets deleted, and the
-		//    open ones among them belong to the relay.
-		//  - edge: the first of them created too recently to be past
-		//    either retention (a row is acked or dead after it was
-		//    created). created_at grows with the id (up to the length of
-		//    a transaction), so the pass stops there rather than read the
+		//  - r: the batch's range of ids, from the first after the cursor
+		//    (one probe of the primary key) to $2 ids on: at most $2 rows.
+		//  - gone: the delete of the range's acked and dead rows past
+		//    their retention: one range scan of the primary key. Its
+		//    condition is checked again on a row's latest version when
+		//    another session changed it meanwhile (READ COMMITTED), so a
+		//    row an operator moved back to pending since the statement's
+		//    snapshot is left alone: never an open delivery. Reading a
+		//    page first, locking its doomed rows (FOR UPDATE SKIP LOCKED)
+		//    and finding them again by id (= ANY of 5000 ids) read and
+		//    wrote every row twice and descended the index once per row: a
+		//    batch cost five times a bare DELETE of the same rows
+		//    (BENCHMARKS.md, row 6). Without the lock an overlapping pass
+		//    waits for the other's one batch, then finds its rows gone and
+		//    counts nothing; each row is still deleted and counted once.
+		//  - done: nothing lies after the range, or it kept a row created
+		//    too recently to be past either retention (asked only when it
+		//    kept any: a row is acked or dead after it was created).
+		//    created_at grows with the id (up to the length of a
+		//    transaction), so the pass stops there rather than read the
 		//    whole young tail of the table; a later pass moves on.
-		//  - doomed: acked or dead rows before the edge and past their
-		//    retention, re-checked and locked on their latest version, so
-		//    a row an operator moved back to pending since the page was
-		//    read is left alone (never an open delivery). SKIP LOCKED:
-		//    overlapping passes share the work and never wait.
-		//  - gone: the delete, through the primary key.
-		// It answers with what it deleted (acked, dead), the next cursor,
-		// and whether the table ended or the edge was reached.
+		// It answers with what it deleted (acked, dead), the next cursor
+		// (the range's last id), and whether the pass is done with the
+		// table.
 		delete: PruneDeliveriesTag + `
-			WITH page AS MATERIALIZED (
-				SELECT id, created_at FROM ` + t + `
-				WHERE id > $1
-				ORDER BY id
-				LIMIT $2
-			), edge AS (
-				SELECT min(id) AS id FROM page
-				WHERE created_at >= now() - $5::bigint * interval '1 microsecond'
-			), doomed AS (
-				SELECT d.id FROM ` + t + ` AS d
-				WHERE d.id = ANY (ARRAY(
-					SELECT p.id FROM page p, edge WHERE edge.id IS NULL OR p.id < edge.id))
-				  AND ((` + ackedGone + `) OR (` + deadGone + `))
-				FOR UPDATE SKIP LOCKED
+			WITH r AS MATERIALIZED (
+				SELECT (SELECT min(id) FROM ` + t + ` WHERE id > $1) AS first
 			), gone AS (
-				DELETE FROM ` + t + ` AS d
-				WHERE d.id = ANY (ARRAY(SELECT id FROM doomed))
+				DELETE FROM ` + t + ` AS d USING r
+				WHERE d.id >= r.first AND d.id < r.first + $2
+				  AND ((` + ackedGone + `) OR (` + deadGone + `))
 				RETURNING d.state
+			), counted AS (
+				SELECT count(*) FILTER (WHERE state = 'acked') AS acked,
+					count(*) FILTER (WHERE state = 'dead') AS dead
+				FROM gone
 			)
-			SELECT
-				(SELECT count(*) FROM gone WHERE state = 'acked'),
-				(SELECT count(*) FROM gone WHERE state = 'dead'),
-				coalesce((SELECT id - 1 FROM edge), (SELECT max(id) FROM page), $1),
-				(SELECT id IS NOT NULL FROM edge) OR (SELECT count(*) FROM page) < $2`,
+			SELECT counted.acked, counted.dead,
+				coalesce(r.first + $2 - 1, $1),
+				CASE
+					WHEN r.first IS NULL THEN true
+					WHEN NOT EXISTS (SELECT 1 FROM ` + t + ` AS n WHERE n.id >= r.first + $2) THEN true
+					WHEN counted.acked + counted.dead = $2 THEN false
+					ELSE EXISTS (SELECT 1 FROM ` + t + ` AS y
+						WHERE y.id >= r.first AND y.id < r.first + $2
+						  AND y.created_at >= now() - $5::bigint * interval '1 microsecond')
+				END
+			FROM counted, r`,
 	}
 }
 

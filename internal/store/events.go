@@ -264,44 +264,56 @@ func NewEventPrune(schema Schema) *EventPrune {
 		//    pass: a position or a watermark read earlier could only be
 		//    lower (both only grow), but reading it here costs nothing
 		//    and a consumer registered since the pass began is honoured.
-		//  - page: the next $2 sequences after the cursor in index order,
-		//    at or below upto: one range scan of the primary key.
-		//  - young: the first of them recorded too recently. Prune takes a
-		//    prefix, in sequence order, and stops there: recorded_at grows
-		//    with the sequence (up to the length of a transaction), so
-		//    searching on past it would read the whole young tail of the
-		//    table for nothing. A later pass moves on once it has aged.
-		//  - gone: the delete, through the primary key, of the page's rows
-		//    before the young one. No FOR UPDATE SKIP LOCKED here (unlike
-		//    the deliveries' prune): locking a row needs an UPDATE right,
-		//    which the maintainer role has on no column of events, and
-		//    granting one would let it rewrite events. An overlapping pass
-		//    deleting the same rows waits for that one statement, then
-		//    finds them gone and counts nothing: each row still counts
-		//    once. Nothing else locks rows at or below the watermark.
-		// It answers with the count deleted, the last sequence the page
-		// covered (the next batch's cursor) and whether the prefix ended
-		// (a young row, or fewer than $2 rows up to upto).
+		//  - r: the batch's range, from the first sequence after the
+		//    cursor (one probe of the primary key) to $2 sequences on, at
+		//    most upto. At or below the watermark every sequence above the
+		//    pruned prefix is present (placeholders fill the gaps), so the
+		//    range holds $2 rows.
+		//  - gone: the delete of the range's rows recorded longer than $3
+		//    ago: one range scan of the primary key. Reading the page
+		//    first and deleting its rows again by sequence (= ANY of the
+		//    page) read every row twice and descended the index once per
+		//    row: a batch cost several times a bare DELETE of the same
+		//    rows (BENCHMARKS.md, row 6).
+		//  - done: the range reached upto, or it kept a row recorded too
+		//    recently (asked only then: the rows gone are all the range
+		//    when none was). recorded_at grows with the sequence (up to
+		//    the length of a transaction), so the pass stops there rather
+		//    than read the whole young tail of the table; a later pass
+		//    moves on. Within the range every row past retention goes,
+		//    also one after a younger row.
+		//  No FOR UPDATE SKIP LOCKED here (unlike the deliveries' prune
+		//  before): locking a row needs an UPDATE right, which the
+		//  maintainer role has on no column of events, and granting one
+		//  would let it rewrite events. An overlapping pass deleting the
+		//  same rows waits for that one statement, then finds them gone
+		//  and counts nothing: each row still counts once. Nothing else
+		//  locks rows at or below the watermark.
+		// It answers with the count deleted, the last sequence the range
+		// covered (the next batch's cursor) and whether the pass is done.
 		delete: PruneEventsTag + `
-			WITH page AS MATERIALIZED (
-				SELECT sequence, recorded_at FROM ` + t + `
-				WHERE sequence > $1 AND sequence <= ` + upto + `
-				ORDER BY sequence
-				LIMIT $2
-			), young AS (
-				SELECT min(sequence) AS sequence FROM page
-				WHERE recorded_at >= now() - $3::bigint * interval '1 microsecond'
+			WITH r AS MATERIALIZED (
+				SELECT first, least(first + $2 - 1, upto) AS last, upto
+				FROM (SELECT (SELECT min(sequence) FROM ` + t + ` WHERE sequence > $1) AS first,
+					` + upto + ` AS upto) b
 			), gone AS (
-				DELETE FROM ` + t + ` AS e
-				WHERE e.sequence = ANY (ARRAY(
-					SELECT p.sequence FROM page p, young
-					WHERE young.sequence IS NULL OR p.sequence < young.sequence))
+				DELETE FROM ` + t + ` AS e USING r
+				WHERE e.sequence >= r.first AND e.sequence <= r.last
+				  AND e.recorded_at < now() - $3::bigint * interval '1 microsecond'
 				RETURNING e.sequence
+			), counted AS (
+				SELECT count(*) AS n FROM gone
 			)
-			SELECT
-				(SELECT count(*) FROM gone),
-				coalesce((SELECT sequence - 1 FROM young), (SELECT max(sequence) FROM page), $1),
-				(SELECT sequence IS NOT NULL FROM young) OR (SELECT count(*) FROM page) < $2`,
+			SELECT counted.n,
+				CASE WHEN r.first IS NULL OR r.last < r.first THEN $1 ELSE r.last END,
+				CASE
+					WHEN r.first IS NULL OR r.last < r.first OR r.last >= r.upto THEN true
+					WHEN counted.n = r.last - r.first + 1 THEN false
+					ELSE EXISTS (SELECT 1 FROM ` + t + ` AS y
+						WHERE y.sequence >= r.first AND y.sequence <= r.last
+						  AND y.recorded_at >= now() - $3::bigint * interval '1 microsecond')
+				END
+			FROM counted, r`,
 	}
 }
 
