@@ -306,3 +306,28 @@ func (d *DB) KillSessions(t testing.TB, app string) int {
 	}
 	return killed
 }
+
+// FunctionPools are two pools with the functions' own settings
+// (internal/pg: two connections, every statement unnamed) on the
+// database: one straight to the server and one through PgBouncer in
+// transaction mode, for a benchmark of what the pooler costs a pass.
+func (d *DB) FunctionPools(t testing.TB) (direct, pooled *pgxpool.Pool) {
+	t.Helper()
+	viaURL, err := dburl.ForDatabase(testenv.Require(t, "PGBOUNCER_URL"), d.Name)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	open := func(url string) *pgxpool.Pool {
+		pc, err := pg.PoolConfig(context.Background(), config.Database{URL: url}, pg.Options{ApplicationName: "outboxkeeper-bench"})
+		if err != nil {
+			t.Fatalf("testdb: pool config: %v", err)
+		}
+		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+		if err != nil {
+			t.Fatalf("testdb: pool: %v", err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	return open(d.DirectURL), open(viaURL)
+}

@@ -331,3 +331,47 @@ func BenchmarkFillWatching(b *testing.B) {
 	b.ReportMetric(benchkit.Median(dbNS[large])/benchkit.Median(dbNS[small]), "db-time/smallest-table")
 	b.ReportMetric(benchkit.Median(stmts[large])/benchkit.Median(stmts[small]), "statements/smallest-table")
 }
+
+// BenchmarkFillPooler: one bounded pass with the template's settings over
+// 10,000 gaps among 100,000 sequences present at its first run (a cycle
+// without grace: the pass's time is its work), on the functions' own pool
+// straight to the server and through PgBouncer in transaction mode, each
+// on its own copy of the same rows, alternating. Target: through the
+// pooler ≤ 1.3 × direct.
+func BenchmarkFillPooler(b *testing.B) {
+	n := benchkit.Size[int64](100_000, 10_000)
+	fresh := testdb.Seeded(b, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, `INSERT INTO outbox.events (sequence, topic, payload)
+			SELECT g, 't', '{}' FROM generate_series(1, $1::bigint) g WHERE g % 10 <> 0`, n); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, `SELECT setval('outbox.events_sequence_seq', $1::bigint)`, n)
+		return err
+	})
+	arm := func(name string, pooled bool) benchkit.Arm {
+		return benchkit.Arm{Name: name, Run: func() time.Duration {
+			direct, via := fresh().FunctionPools(b)
+			pool := direct
+			if pooled {
+				pool = via
+			}
+			s := newService(b, pool, templateConfig(true), Options{})
+			var res *Result
+			took := benchkit.Timed(func() { res = runPass(b, s) })
+			if res.Filled != n/10 || res.Watermark != n {
+				b.Fatalf("%s: Filled = %d, Watermark = %d, want %d and %d; %v", name, res.Filled, res.Watermark, n/10, n, res)
+			}
+			return took
+		}}
+	}
+	samples := benchkit.Samples{}
+	rep := 0
+	for b.Loop() {
+		samples.Alternate(rep, arm("direct", false), arm("pgbouncer", true))
+		rep++
+	}
+	direct, pooled := samples.Median("direct"), samples.Median("pgbouncer")
+	b.ReportMetric(direct*1000, "direct-ms")
+	b.ReportMetric(pooled*1000, "pgbouncer-ms")
+	b.ReportMetric(pooled/direct, "pgbouncer/direct")
+}

@@ -158,3 +158,63 @@ func BenchmarkPrune(b *testing.B) {
 	b.ReportMetric(benchkit.Median(longestBareMS), "bare-delete-ms")
 	b.ReportMetric(float64(prune.DefaultBatchLimit), "batch-rows")
 }
+
+// BenchmarkPrunePooler: prune passes with the template's settings over
+// 100,000 acked deliveries and 100,000 events past retention, on the
+// functions' own pool straight to the server and through PgBouncer in
+// transaction mode, each on its own copy of the same rows, alternating.
+// Target: through the pooler ≤ 1.3 × direct.
+func BenchmarkPrunePooler(b *testing.B) {
+	n := benchkit.Size(100_000, 10_000)
+	fresh := testdb.Seeded(b, func(ctx context.Context, conn *pgx.Conn) error {
+		for _, sql := range []string{
+			`INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, created_at, delivered_at, acked_at)
+				SELECT 'agent', 'work', '\x00'::bytea, 'acked', 1, now() - interval '49 hours', now() - interval '48 hours', now() - interval '48 hours'
+				FROM generate_series(1, $1::int)`,
+			`INSERT INTO outbox.events (sequence, xid, topic, payload, recorded_at)
+				SELECT g, '5'::xid8, 'order.placed', '{"id":1}', now() - interval '48 hours' FROM generate_series(1, $1::bigint) g`,
+			`SELECT setval('outbox.events_sequence_seq', $1::bigint)`,
+			`UPDATE outbox.fill_state SET started = true, watermark = $1::bigint`,
+		} {
+			if _, err := conn.Exec(ctx, sql, n); err != nil {
+				return err
+			}
+		}
+		_, err := conn.Exec(ctx, `VACUUM ANALYZE`)
+		return err
+	})
+	arm := func(name string, pooled bool) benchkit.Arm {
+		return benchkit.Arm{Name: name, Run: func() time.Duration {
+			direct, via := fresh().FunctionPools(b)
+			pool := direct
+			if pooled {
+				pool = via
+			}
+			s := newPruner(b, pool, templateConfig())
+			var deleted int64
+			took := benchkit.Timed(func() {
+				for {
+					res := run(b, s)
+					deleted += res.DeletedDeliveries + res.DeletedEvents
+					if !res.More {
+						return
+					}
+				}
+			})
+			if deleted != int64(2*n) {
+				b.Fatalf("%s: deleted %d, want %d", name, deleted, 2*n)
+			}
+			return took
+		}}
+	}
+	samples := benchkit.Samples{}
+	rep := 0
+	for b.Loop() {
+		samples.Alternate(rep, arm("direct", false), arm("pgbouncer", true))
+		rep++
+	}
+	d, p := samples.Median("direct"), samples.Median("pgbouncer")
+	b.ReportMetric(d*1000, "direct-ms")
+	b.ReportMetric(p*1000, "pgbouncer-ms")
+	b.ReportMetric(p/d, "pgbouncer/direct")
+}

@@ -147,3 +147,39 @@ func median(ds []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkSweepPooler: one pass with the defaults over 10,000 stuck rows,
+// on the functions' own pool straight to the server and through PgBouncer
+// in transaction mode, alternating, every arm from the same restuck rows.
+// Target: through the pooler ≤ 1.3 × direct.
+func BenchmarkSweepPooler(b *testing.B) {
+	n := benchkit.Size(10_000, 1_000)
+	db := testdb.New(b)
+	seedDelivered(b, db, n, time.Hour)
+	direct, pooled := db.FunctionPools(b)
+	arm := func(name string, pool store.DB) benchkit.Arm {
+		s := newSweeper(b, pool)
+		return benchkit.Arm{Name: name, Run: func() time.Duration {
+			exec(b, db.Pool, `UPDATE outbox.deliveries SET state = 'delivered', redeliveries = 0,
+				delivered_at = now() - interval '1 hour' WHERE state <> 'acked'`)
+			exec(b, db.Pool, `VACUUM ANALYZE outbox.deliveries`)
+			var res *sweep.Result
+			took := benchkit.Timed(func() { res = run(b, s) })
+			if res.Reset != int64(n) {
+				b.Fatalf("%s: Reset = %d, want %d", name, res.Reset, n)
+			}
+			return took
+		}}
+	}
+	arms := []benchkit.Arm{arm("direct", direct), arm("pgbouncer", pooled)}
+	samples := benchkit.Samples{}
+	rep := 0
+	for b.Loop() {
+		samples.Alternate(rep, arms...)
+		rep++
+	}
+	d, p := samples.Median("direct"), samples.Median("pgbouncer")
+	b.ReportMetric(d*1000, "direct-ms")
+	b.ReportMetric(p*1000, "pgbouncer-ms")
+	b.ReportMetric(p/d, "pgbouncer/direct")
+}
