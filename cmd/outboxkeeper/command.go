@@ -34,6 +34,15 @@ func (u *usageError) Error() string { return u.msg }
 
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
+// refusal is a command line a safety check declined (skip-stall without
+// --yes, or past what may be skipped): it exits exitUsage with its
+// message, which says why and what would be accepted, and nothing done.
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string { return r.msg }
+
+func refusef(format string, args ...any) error { return &refusal{fmt.Sprintf(format, args...)} }
+
 // errAttention is returned by a command that worked and found something
 // a person must act on; it exits exitAttention, its findings printed.
 var errAttention = errors.New("needs attention")
@@ -82,7 +91,11 @@ func (c *command) dispatch(ctx context.Context, e *env, parents []string, args [
 	}
 	err := c.run(ctx, e, opts, fs.Args())
 	var u *usageError
+	var r *refusal
 	switch {
+	case errors.As(err, &r):
+		fmt.Fprintf(e.stderr, "%s: refused: %v\n", c.path(parents), err)
+		return exitUsage
 	case err == nil:
 		return exitOK
 	case errors.Is(err, errAttention):
@@ -109,12 +122,10 @@ func (c *command) printHelp(w io.Writer, parents []string) {
 	if c.sub != nil {
 		fmt.Fprintf(w, "Usage: %s <command> [flags]\n\n%s\n\nCommands:\n", name, strings.TrimSpace(c.help))
 		for _, s := range c.sub {
-			fmt.Fprintf(w, "  %-10s %s\n", s.name, s.summary)
+			fmt.Fprintf(w, "  %-11s %s\n", s.name, s.summary)
 		}
 		fmt.Fprintf(w, "\nRun '%s <command> --help' for a command's own help.\n", name)
-		if c == root {
-			fmt.Fprintf(w, "\n%s\n", loginHelp)
-		}
+		fmt.Fprintf(w, "\n%s\n", loginHelp)
 		return
 	}
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", strings.TrimSpace(name+" [flags] "+c.usage), strings.TrimSpace(c.help))
@@ -134,7 +145,7 @@ var root = &command{
 	name: "outboxkeeper",
 	help: `Operate a PostgreSQL outbox that outboxkeeper maintains, from a shell:
 the same login as the functions, the same words as the README.`,
-	sub: []*command{migrateCommand},
+	sub: []*command{statusCommand, deadCommand, dlqCommand, skipStallCommand, migrateCommand},
 }
 
 // loginHelp closes every help page: how any command logs in.

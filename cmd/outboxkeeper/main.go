@@ -32,10 +32,12 @@ const (
 	// exitError: the command failed (the database refused, a file could
 	// not be written, ...); the message says why.
 	exitError = 1
-	// exitUsage: the command line is wrong; the message says how to call it.
+	// exitUsage: the command line is wrong, or a safety check refused it
+	// (skip-stall without --yes); the message says how to call it.
 	exitUsage = 2
 	// exitAttention: the command worked, and what it found needs a person
-	// (migrate status: this build cannot run on the schema as it is).
+	// (migrate status: this build cannot run on the schema as it is;
+	// status: see its help for the rule).
 	exitAttention = 3
 )
 

@@ -35,7 +35,7 @@ export const MAX_SEQUENCES_PER_REPORT = 10000;
 
 // quoteSchema refuses anything but a plain identifier, as outboxkeeper does.
 export function quoteSchema(schema) {
-  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema) || schema.startsWith("pg_")) {
+  if (!/^[a-z_][a-z0-9_]{0,51}$/.test(schema) || schema.startsWith("pg_")) {
     throw new Error(`outbox schema ${JSON.stringify(schema)} must be a plain lower-case identifier`);
   }
   return `"${schema}"`;
@@ -129,7 +129,8 @@ export async function consume(client, schema, name, handle, { batch = 100, until
   let wake = null;
   if (listen !== null) {
     listen.on("notification", () => wake?.());
-    await listen.query(`LISTEN "${schema}_events"`);
+    // LISTEN takes no parameters: the channel is quoted by the driver.
+    await listen.query(`LISTEN ${listen.escapeIdentifier(`${schema}_events`)}`);
   }
   while (until === null || position < until) {
     if (deadline !== null && Date.now() > deadline) break;

@@ -9,54 +9,26 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
-	"github.com/outboxkeeper/outboxkeeper/internal/logging"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
 func main() {
-	log := logging.Setup()
-	ctx := context.Background()
-
-	env := config.Environment()
-	db, err := config.LoadDatabase(env)
-	if err != nil {
-		logging.InitFailed(log, "compensate", "load database configuration", err)
-	}
-	cfg, err := config.Load[compensate.Config](env)
-	if err != nil {
-		logging.InitFailed(log, "compensate", "load compensate configuration", err)
-	}
+	init := boot.Start("compensate")
+	cfg := boot.Config[compensate.Config](init)
 	// Loaded once for SQS and, in secret or IAM mode, the pool, from
 	// Lambda's variables (awsenv), which include AWS_ENDPOINT_URL_SQS: how
 	// the local stack points the client at its emulator.
-	awsCfg, err := awsenv.Load(ctx)
-	if err != nil {
-		logging.InitFailed(log, "compensate", "load AWS configuration", err)
-	}
-	// The pool outlives invocations of a warm environment (the version
-	// check below dials its first connection); a connection that broke is
-	// discarded and re-dialled by pgxpool.
-	pool, err := pg.NewPool(ctx, db, pg.Options{ApplicationName: "outboxkeeper-compensate", AWS: &awsCfg})
-	if err != nil {
-		logging.InitFailed(log, "compensate", "open database pool", err)
-	}
-	// A database behind this build (or ahead of it, unless marked
-	// compatible) fails the init naming both versions, before any pass.
-	if err := migrations.Check(ctx, pool, db.Schema); err != nil {
-		logging.InitFailed(log, "compensate", "check the schema version", err)
-	}
+	awsCfg, err := awsenv.Load(context.Background())
+	init.Must(err, "load AWS configuration")
+	pool := init.Database(pg.Options{AWS: &awsCfg})
 	svc, err := compensate.New(pool, cfg, compensate.Options{
 		SQS:     sqs.NewFromConfig(awsCfg),
-		Logger:  log,
-		Metrics: metrics.New("compensate"),
+		Logger:  init.Logger,
+		Metrics: init.Metrics(),
 	})
-	if err != nil {
-		logging.InitFailed(log, "compensate", "build compensate service", err)
-	}
+	init.Must(err, "build compensate service")
 	lambda.Start(svc.Handle)
 }

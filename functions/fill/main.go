@@ -5,43 +5,18 @@
 package main
 
 import (
-	"context"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/logging"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 )
 
 func main() {
-	logger := logging.Setup()
-	ctx := context.Background()
-	env := config.Environment()
-
-	dbConfig, err := config.LoadDatabase(env)
-	if err != nil {
-		logging.InitFailed(logger, "fill", "load database configuration", err)
-	}
-	fillConfig, err := config.Load[fill.Config](env)
-	if err != nil {
-		logging.InitFailed(logger, "fill", "load fill configuration", err)
-	}
-	pool, err := pg.NewPool(ctx, dbConfig, pg.Options{ApplicationName: "outboxkeeper-fill"})
-	if err != nil {
-		logging.InitFailed(logger, "fill", "open database pool", err)
-	}
-	// A database behind this build (or ahead of it, unless marked
-	// compatible) fails the init naming both versions, before any pass.
-	if err := migrations.Check(ctx, pool, dbConfig.Schema); err != nil {
-		logging.InitFailed(logger, "fill", "check the schema version", err)
-	}
-	svc, err := fill.New(pool, fillConfig, fill.Options{Logger: logger, Metrics: metrics.New("fill")})
-	if err != nil {
-		logging.InitFailed(logger, "fill", "build fill service", err)
-	}
+	init := boot.Start("fill")
+	cfg := boot.Config[fill.Config](init)
+	pool := init.Database(pg.Options{})
+	svc, err := fill.New(pool, cfg, fill.Options{Logger: init.Logger, Metrics: init.Metrics()})
+	init.Must(err, "build fill service")
 	lambda.Start(svc.Handle)
 }

@@ -4,43 +4,18 @@
 package main
 
 import (
-	"context"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/logging"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
 
 func main() {
-	logger := logging.Setup()
-	env := config.Environment()
-	dbConfig, err := config.LoadDatabase(env)
-	if err != nil {
-		logging.InitFailed(logger, "prune", "load database configuration", err)
-	}
-	pruneConfig, err := config.Load[prune.Config](env)
-	if err != nil {
-		logging.InitFailed(logger, "prune", "load prune configuration", err)
-	}
-	// The pool outlives invocations of a warm environment; the version
-	// check below makes its first connection.
-	pool, err := pg.NewPool(context.Background(), dbConfig, pg.Options{ApplicationName: "outboxkeeper-prune"})
-	if err != nil {
-		logging.InitFailed(logger, "prune", "open database pool", err)
-	}
-	// A database behind this build (or ahead of it, unless marked
-	// compatible) fails the init naming both versions, before any pass.
-	if err := migrations.Check(context.Background(), pool, dbConfig.Schema); err != nil {
-		logging.InitFailed(logger, "prune", "check the schema version", err)
-	}
-	svc, err := prune.New(pool, pruneConfig, prune.Options{Logger: logger, Metrics: metrics.New("prune")})
-	if err != nil {
-		logging.InitFailed(logger, "prune", "build prune service", err)
-	}
+	init := boot.Start("prune")
+	cfg := boot.Config[prune.Config](init)
+	pool := init.Database(pg.Options{})
+	svc, err := prune.New(pool, cfg, prune.Options{Logger: init.Logger, Metrics: init.Metrics()})
+	init.Must(err, "build prune service")
 	lambda.Start(svc.Handle)
 }

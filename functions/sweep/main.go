@@ -4,43 +4,18 @@
 package main
 
 import (
-	"context"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/logging"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
 func main() {
-	logger := logging.Setup()
-	env := config.Environment()
-	dbConfig, err := config.LoadDatabase(env)
-	if err != nil {
-		logging.InitFailed(logger, "sweep", "load database configuration", err)
-	}
-	sweepConfig, err := config.Load[sweep.Config](env)
-	if err != nil {
-		logging.InitFailed(logger, "sweep", "load sweep configuration", err)
-	}
-	// The pool outlives invocations of a warm environment; the version
-	// check below makes its first connection.
-	pool, err := pg.NewPool(context.Background(), dbConfig, pg.Options{ApplicationName: "outboxkeeper-sweep"})
-	if err != nil {
-		logging.InitFailed(logger, "sweep", "open database pool", err)
-	}
-	// A database behind this build (or ahead of it, unless marked
-	// compatible) fails the init naming both versions, before any pass.
-	if err := migrations.Check(context.Background(), pool, dbConfig.Schema); err != nil {
-		logging.InitFailed(logger, "sweep", "check the schema version", err)
-	}
-	svc, err := sweep.New(pool, sweepConfig, sweep.Options{Logger: logger, Metrics: metrics.New("sweep")})
-	if err != nil {
-		logging.InitFailed(logger, "sweep", "build sweep service", err)
-	}
+	init := boot.Start("sweep")
+	cfg := boot.Config[sweep.Config](init)
+	pool := init.Database(pg.Options{})
+	svc, err := sweep.New(pool, cfg, sweep.Options{Logger: init.Logger, Metrics: init.Metrics()})
+	init.Must(err, "build sweep service")
 	lambda.Start(svc.Handle)
 }

@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	stopBackground()
 	bg.Wait()
 	fmt.Fprintf(out, "chaos: settled %v after %s\n", settled, time.Since(runStart).Round(time.Second))
-	return judge(context.WithoutCancel(ctx), admin, s, w, c, fillCfg, sweepStuck)
+	return judge(context.WithoutCancel(ctx), admin, s, w, c, fillCfg, sweepStuck, runStart)
 }
 
 // quiet says the run has settled.

@@ -77,25 +77,28 @@ func (f *faults) inject(ctx context.Context, kind string) error {
 		begin := time.Now()
 		lock := `LOCK TABLE outbox.deliveries IN ACCESS EXCLUSIVE MODE`
 		if kind == lockFillState {
-			// A row lock takes an xid: it holds the proof back as well.
 			lock = `SELECT 1 FROM outbox.fill_state FOR UPDATE`
 		}
 		if _, err := tx.Exec(bg, lock); err != nil {
 			return err
 		}
 		_ = budget.Sleep(ctx, lockFor)
-		if kind == lockFillState {
-			f.l.block(begin, time.Now())
-		}
+		// Both hold the proof back: a row lock takes an xid, and so does
+		// an ACCESS EXCLUSIVE lock (it is WAL-logged for standbys); on
+		// deliveries, every writer that enqueues waits behind it inside
+		// its own transaction, older than any marker taken meanwhile.
+		f.l.block(begin, time.Now())
 		return nil
 	case shortDeadline:
 		// The invocation is handed the lease and ends on its own deadline
 		// with no successor; until the schedule's next one, nobody
-		// watches: a blind moment the bound allows for.
+		// watches: a blind moment the bound allows for (the next pass
+		// first sees what was given up meanwhile, so its grace starts
+		// then).
 		begin := time.Now()
 		f.pending.Go(func() {
 			f.s.invoke(ctx, f.s.fillShort, f.s.tmpl.FillInput)
-			f.l.block(begin, f.s.nextFillAfter(time.Now()))
+			f.l.blind(begin, f.s.nextFillAfter(time.Now()))
 		})
 		return nil
 	}

@@ -84,13 +84,14 @@ func (h *hostile) run(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		if _, err := h.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(h.queue), MessageBody: aws.String(body)}); err != nil {
+		out, err := h.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(h.queue), MessageBody: aws.String(body)})
+		if err != nil {
 			if ctx.Err() == nil {
 				h.w.l.fail("hostile send", err)
 			}
 			continue
 		}
-		h.w.l.sentHostile(kind, body)
+		h.w.l.sentHostile(kind, aws.ToString(out.MessageId))
 	}
 }
 
@@ -103,7 +104,10 @@ func (h *hostile) body(ctx context.Context, kind string) (string, bool) {
 	}
 	switch kind {
 	case aboveHead:
-		return fmt.Sprintf(`{"v":1,"sequences":[%d]}`, head+1000), true
+		// Far above: the writers allocate over a thousand a second, and a
+		// sequence they reach before compensate reads the report is no
+		// longer above the head.
+		return fmt.Sprintf(`{"v":1,"sequences":[%d]}`, head+1_000_000_000), true
 	case futureXID:
 		return fmt.Sprintf(`{"v":1,"xid":"%d","sequences":[%d]}`, xmax+10_000_000, max(head, 1)), true
 	case otherEpoch:

@@ -65,7 +65,7 @@ type row struct {
 
 // judge reads the database and the queues after quiescence and holds them
 // to the run's ledger.
-func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *consumer, cfg fill.Config, stuckAfter time.Duration) (*Report, error) {
+func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *consumer, cfg fill.Config, stuckAfter time.Duration, runStart time.Time) (*Report, error) {
 	l := w.l
 	rows, err := pool.Query(ctx, `SELECT sequence, payload::text, filled_by, recorded_at FROM outbox.events ORDER BY sequence`)
 	if err != nil {
@@ -152,12 +152,19 @@ func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *co
 	add("no delivery left delivered past the threshold", stuck == 0, "%d stuck, %d open, %d acks lost", stuck, open, w.lostAcks.Load())
 
 	// Hostile reports.
-	dlq, err := drainDLQ(ctx, s.sqs, s.queues.DLQURL, func(body string) string {
-		return l.hostileKind[bodyKey(body)] // the judge holds l.mu
+	dlq, err := drainDLQ(ctx, s.sqs, s.queues.DLQURL, func(id string) string {
+		return l.hostileByID[id] // the judge holds l.mu
 	})
 	if err != nil {
 		return nil, err
 	}
+	var notInDLQ []string
+	for id, kind := range l.hostileByID {
+		if slices.Contains(toDLQ, kind) && !dlq.ids[id] {
+			notInDLQ = append(notInDLQ, kind+" "+id)
+		}
+	}
+	sort.Strings(notInDLQ)
 	var refusedWrong []string
 	for _, k := range toDLQ {
 		if dlq.byKind[k] != l.hostile[k] {
@@ -170,13 +177,19 @@ func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *co
 		}
 	}
 	sort.Strings(refusedWrong)
+	absent := ""
+	if len(notInDLQ) > 0 {
+		absent = fmt.Sprintf("; %d not in the DLQ, by source message id: %s", len(notInDLQ), strings.Join(notInDLQ[:min(8, len(notInDLQ))], ", "))
+	}
 	add("every hostile report rejected or harmless",
 		len(refusedWrong) == 0 && dlq.withReason == dlq.total && overwritten == 0 && lost == 0,
-		"%d dead-lettered (%d with a reason); %s", dlq.total, dlq.withReason, orNone(strings.Join(refusedWrong, "; "), "each refused kind exactly, the rest harmless"))
+		"%d dead-lettered (%d with a reason); %s%s", dlq.total, dlq.withReason,
+		orNone(strings.Join(refusedWrong, "; "), "each refused kind exactly, the rest harmless"), absent)
 
 	// Every abandoned sequence filled within the bound.
 	late, filled := 0, 0
 	var worst time.Duration
+	worstCase := ""
 	for seq, a := range l.abandoned {
 		e, ok := byseq[seq]
 		if !ok || e.FilledBy == nil {
@@ -184,14 +197,21 @@ func judge(ctx context.Context, pool *pgxpool.Pool, s *stack, w *workload, c *co
 		}
 		filled++
 		bound := local.FillBound(a.at, cfg.Grace, cfg.Tick, l.blockers).Add(allowance)
-		if e.RecordedAt.After(bound) {
+		if past := e.RecordedAt.Sub(bound); past > 0 {
 			late++
-			worst = max(worst, e.RecordedAt.Sub(bound))
+			if past > worst {
+				// Enough to tell a slow statement from a missed wake-up.
+				worst = past
+				worstCase = fmt.Sprintf("; worst: sequence %d (%s, reported %v) abandoned at +%.3fs, due +%.3fs, filled by %s at +%.3fs",
+					seq, a.how, a.reported, a.at.Sub(runStart).Seconds(), bound.Sub(runStart).Seconds(),
+					*e.FilledBy, e.RecordedAt.Sub(runStart).Seconds()) +
+					"; faults in the 5s before until then: " + l.faultsBetween(a.at.Add(-5*time.Second), e.RecordedAt, runStart)
+			}
 		}
 	}
 	add("every abandoned sequence filled within the bound", late == 0 && filled == len(l.abandoned),
-		"%d of %d filled; %d late (worst %.1fs past grace %s + tick %s, or a tick after a blocker, + %s)",
-		filled, len(l.abandoned), late, worst.Seconds(), cfg.Grace, cfg.Tick, allowance)
+		"%d of %d filled; %d late (worst %.3fs past grace %s + tick %s, or a tick after a blocker, + %s)%s",
+		filled, len(l.abandoned), late, worst.Seconds(), cfg.Grace, cfg.Tick, allowance, worstCase)
 
 	add("no invocation killed by its timeout", s.killed.Load() == 0,
 		"%d invocations, %d failed (the restart), %d killed", s.invocations.Load(), s.failed.Load(), s.killed.Load())
@@ -239,16 +259,19 @@ func countsOf(m map[string]int) string {
 }
 
 // dlqContents is what the DLQ held at the end: messages by the kind of
-// hostile report they were sent as ("an honest report" when none), and how
-// many carry an `error` attribute.
+// hostile report they were sent as ("an honest report" when none, "no
+// source id" for one the queue's redrive policy moved), the source message
+// ids seen, and how many carry an `error` attribute.
 type dlqContents struct {
 	total, withReason int
 	byKind            map[string]int
+	ids               map[string]bool
 }
 
-// drainDLQ receives everything in the DLQ and classifies it with kindOf.
-func drainDLQ(ctx context.Context, c *sqs.Client, url string, kindOf func(body string) string) (dlqContents, error) {
-	d := dlqContents{byKind: map[string]int{}}
+// drainDLQ receives everything in the DLQ and classifies each message by
+// its source_message_id with kindOf.
+func drainDLQ(ctx context.Context, c *sqs.Client, url string, kindOf func(sourceID string) string) (dlqContents, error) {
+	d := dlqContents{byKind: map[string]int{}, ids: map[string]bool{}}
 	for {
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
@@ -262,14 +285,18 @@ func drainDLQ(ctx context.Context, c *sqs.Client, url string, kindOf func(body s
 		}
 		for _, m := range out.Messages {
 			d.total++
-			kind := kindOf(aws.ToString(m.Body))
-			if kind == "" {
-				kind = "an honest report"
-			}
-			d.byKind[kind]++
 			if a, ok := m.MessageAttributes["error"]; ok && aws.ToString(a.StringValue) != "" {
 				d.withReason++
 			}
+			source := aws.ToString(m.MessageAttributes["source_message_id"].StringValue)
+			kind := "no source id"
+			if source != "" {
+				d.ids[source] = true
+				if kind = kindOf(source); kind == "" {
+					kind = "an honest report"
+				}
+			}
+			d.byKind[kind]++
 		}
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -34,35 +32,33 @@ var esmActions = []string{"sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:Re
 // package depends on.
 func sqsCalls(t *testing.T, fns []string) map[string][]string {
 	t.Helper()
+	out := map[string][]string{}
+	for _, fn := range fns {
+		out[fn] = sqsCallsIn(t, "../../functions/"+shortName(fn))
+	}
+	return out
+}
+
+// sqsCallsIn lists the SQS operations (sqs:Name) called by the package at
+// dir and this module's packages it depends on.
+func sqsCallsIn(t *testing.T, dir string) []string {
+	t.Helper()
 	operations := map[string]bool{}
 	client := reflect.TypeOf(&sqs.Client{})
 	for i := range client.NumMethod() {
 		operations[client.Method(i).Name] = true
 	}
-	out := map[string][]string{}
-	for _, fn := range fns {
-		cmd := exec.Command("go", "list", "-deps", "-f", `{{if not .Standard}}{{.ImportPath}}|{{.Dir}}|{{join .GoFiles ","}}{{end}}`, "../../functions/"+shortName(fn))
-		listing, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go list for %s: %v", fn, err)
+	seen := map[string]bool{}
+	for _, file := range moduleFiles(t, dir) {
+		for _, op := range calledOperations(t, file, operations) {
+			seen["sqs:"+op] = true
 		}
-		seen := map[string]bool{}
-		for _, line := range strings.Split(strings.TrimSpace(string(listing)), "\n") {
-			parts := strings.Split(line, "|")
-			if len(parts) != 3 || !strings.HasPrefix(parts[0], "github.com/outboxkeeper/outboxkeeper/") || parts[2] == "" {
-				continue
-			}
-			for _, name := range strings.Split(parts[2], ",") {
-				for _, op := range calledOperations(t, filepath.Join(parts[1], name), operations) {
-					seen["sqs:"+op] = true
-				}
-			}
-		}
-		for a := range seen {
-			out[fn] = append(out[fn], a)
-		}
-		sort.Strings(out[fn])
 	}
+	var out []string
+	for a := range seen {
+		out = append(out, a)
+	}
+	sort.Strings(out)
 	return out
 }
 
@@ -87,6 +83,22 @@ func calledOperations(t *testing.T, path string, operations map[string]bool) []s
 	return ops
 }
 
+// statementActions is a policy statement's Action, one or a list.
+func statementActions(st any) []string {
+	var out []string
+	switch a := get(st, "Action").(type) {
+	case string:
+		out = []string{a}
+	case []any:
+		for _, x := range a {
+			if name, ok := x.(string); ok {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
 // roleSQSActions lists the sqs: actions the inline policies of a
 // function's role allow.
 func (tpl *template) roleSQSActions(fn string) ([]string, error) {
@@ -106,15 +118,8 @@ func (tpl *template) roleSQSActions(fn string) ([]string, error) {
 			if get(s, "Effect") != "Allow" {
 				continue
 			}
-			var listed []any
-			switch a := get(s, "Action").(type) {
-			case string:
-				listed = []any{a}
-			case []any:
-				listed = a
-			}
-			for _, a := range listed {
-				if name, _ := a.(string); strings.HasPrefix(name, "sqs:") {
+			for _, name := range statementActions(s) {
+				if strings.HasPrefix(name, "sqs:") {
 					actions = append(actions, name)
 				}
 			}

@@ -100,15 +100,7 @@ func checkRoles(tpl *template) []string {
 		for _, p := range policies {
 			statements, _ := get(p, "PolicyDocument", "Statement").([]any)
 			for _, st := range statements {
-				var actions []any
-				switch a := get(st, "Action").(type) {
-				case string:
-					actions = []any{a}
-				case []any:
-					actions = a
-				}
-				for _, a := range actions {
-					name, _ := a.(string)
+				for _, name := range statementActions(st) {
 					switch {
 					case strings.HasPrefix(name, "logs:"):
 						if !reflect.DeepEqual(get(st, "Resource"), map[string]any{"Fn::GetAtt": []any{logGroup, "Arn"}}) {

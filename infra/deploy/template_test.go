@@ -599,8 +599,26 @@ func checkParameterPatterns(tpl *template) []string {
 	return problems
 }
 
-func allChecks(tpl *template, makefile string, calls map[string][]string) []string {
+// code is what the checks compare the template with, read from the code
+// once: the SQS calls of each function and of the CLI, and the metrics
+// the functions emit.
+type code struct {
+	calls    map[string][]string
+	cliCalls []string
+	metrics  emitted
+}
+
+func readCode(t *testing.T, tpl *template) code {
+	t.Helper()
+	return code{calls: sqsCalls(t, tpl.functions()), cliCalls: cliSQSCalls(t), metrics: codeMetrics(t)}
+}
+
+func allChecks(tpl *template, makefile string, c code) []string {
+	calls := c.calls
 	var p []string
+	p = append(p, checkDashboard(tpl, c.metrics)...)
+	p = append(p, checkAlarms(tpl, c.metrics)...)
+	p = append(p, checkOperatorPolicy(tpl, c.cliCalls)...)
 	p = append(p, checkSQSPermissions(tpl, calls)...)
 	p = append(p, checkParameterPatterns(tpl)...)
 	p = append(p, checkMakefileTargets(tpl, makefile)...)
@@ -629,6 +647,7 @@ func read(t *testing.T, path string) string {
 func TestTemplatePassesEveryCheck(t *testing.T) {
 	tpl := loadTemplate(t, read(t, templatePath))
 	makefile := read(t, makefilePath)
+	c := readCode(t, tpl)
 	if got, want := tpl.functions(), []string{"CompensateFunction", "FillFunction", "MigrateFunction", "PruneFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("functions = %v, want %v", got, want)
 	}
@@ -638,7 +657,10 @@ func TestTemplatePassesEveryCheck(t *testing.T) {
 		"scheduled":        checkScheduled(tpl),
 		"watch coverage":   checkWatchCoverage(tpl),
 		"environment":      checkEnvironment(tpl),
-		"sqs permissions":  checkSQSPermissions(tpl, sqsCalls(t, tpl.functions())),
+		"sqs permissions":  checkSQSPermissions(tpl, c.calls),
+		"dashboard":        checkDashboard(tpl, c.metrics),
+		"alarms":           checkAlarms(tpl, c.metrics),
+		"operator policy":  checkOperatorPolicy(tpl, c.cliCalls),
 		"patterns":         checkParameterPatterns(tpl),
 		"migrations":       checkMigrations(tpl),
 		"roles":            checkRoles(tpl),
@@ -654,7 +676,7 @@ func TestTemplatePassesEveryCheck(t *testing.T) {
 // passes everything cannot go unnoticed.
 func TestChecksCatchBreakage(t *testing.T) {
 	text, makefile := read(t, templatePath), read(t, makefilePath)
-	calls := sqsCalls(t, loadTemplate(t, text).functions())
+	fromCode := readCode(t, loadTemplate(t, text))
 	cases := []struct {
 		name          string
 		old, new      string
@@ -726,6 +748,36 @@ func TestChecksCatchBreakage(t *testing.T) {
 			want: "DATABASE_HOST = \"\", want the DatabaseHost parameter"},
 		{name: "CA bundle not passed", old: "DATABASE_CA_SECRET_ARN: !If [HasCaSecret, !Ref DatabaseCaSecretArn, !Ref AWS::NoValue]", new: "",
 			want: "DATABASE_CA_SECRET_ARN = \"\""},
+		{name: "a widget on a metric the code does not emit", old: `"OperatorFilled", "Stack"`, new: `"OperatorFiled", "Stack"`,
+			want: "OperatorFiled with Function=\"fill\", which the fill function's code does not emit"},
+		{name: "a widget on another function's metric", old: `["Outboxkeeper", "Lag", "Stack", "${AWS::StackName}", "Function", "fill"`,
+			new:  `["Outboxkeeper", "Lag", "Stack", "${AWS::StackName}", "Function", "sweep"`,
+			want: "Lag with Function=\"sweep\", which the sweep function's code does not emit"},
+		{name: "a widget without the stack", old: `["Outboxkeeper", "DeadLettered", "Stack", "${AWS::StackName}", "Function", "sweep"`,
+			new:  `["Outboxkeeper", "DeadLettered", "Function", "sweep"`,
+			want: "DeadLettered has dimensions [Function], the code emits [Stack Function]"},
+		{name: "a widget on another stack", old: `["Outboxkeeper", "Redeliveries", "Stack", "${AWS::StackName}"`,
+			new:  `["Outboxkeeper", "Redeliveries", "Stack", "outboxkeeper"`,
+			want: "Redeliveries is not selected by this stack's name"},
+		{name: "the dashboard loses the operator's placeholders",
+			old:  `["Outboxkeeper", "OperatorFilled", "Stack", "${AWS::StackName}", "Function", "fill", {"label": "operator (skip-stall)"}]`,
+			new:  `["Outboxkeeper", "Filled", "Stack", "${AWS::StackName}", "Function", "fill", {"label": "operator (skip-stall)"}]`,
+			want: "no widget shows Outboxkeeper OperatorFilled for Function=fill"},
+		{name: "an alarm without the stack", old: "      MetricName: Lag\n      Dimensions:\n        - { Name: Stack, Value: !Ref AWS::StackName }\n",
+			new:  "      MetricName: Lag\n      Dimensions:\n",
+			want: "FillLagAlarm: Lag has dimensions [Function], the code emits [Stack Function]"},
+		{name: "an alarm on a metric nothing emits", old: "      MetricName: SweepRuns\n", new: "      MetricName: SweepRun\n",
+			want: "SweepSilentAlarm: SweepRun with Function=\"sweep\", which the sweep function's code does not emit"},
+		{name: "silence treated as OK",
+			old:  "      Statistic: SampleCount\n      Period: 60\n      EvaluationPeriods: 5\n      DatapointsToAlarm: 5\n      Threshold: 1\n      ComparisonOperator: LessThanThreshold\n      TreatMissingData: breaching\n",
+			new:  "      Statistic: SampleCount\n      Period: 60\n      EvaluationPeriods: 5\n      DatapointsToAlarm: 5\n      Threshold: 1\n      ComparisonOperator: LessThanThreshold\n      TreatMissingData: notBreaching\n",
+			want: "no alarm fires when the fill function stops running"},
+		{name: "the operator policy misses a call the CLI makes", old: "              - sqs:ChangeMessageVisibility\n              - sqs:DeleteMessage\n",
+			new:  "              - sqs:DeleteMessage\n",
+			want: "OperatorPolicy: the CLI calls sqs:ChangeMessageVisibility"},
+		{name: "the operator policy allows more", old: "              - sqs:SendMessage\n              - sqs:GetQueueAttributes\n            Resource: !GetAtt RollbackReportQueue.Arn",
+			new:  "              - sqs:SendMessage\n              - sqs:PurgeQueue\n              - sqs:GetQueueAttributes\n            Resource: !GetAtt RollbackReportQueue.Arn",
+			want: "OperatorPolicy: allows sqs:PurgeQueue, which the CLI never calls"},
 		{name: "pattern refuses a valid duration", old: `AllowedPattern: "^([0-9]+(s|m|h))+$"`, new: `AllowedPattern: "^[0-9]+(s|m|h)$"`,
 			want: `CompensateDefer: AllowedPattern refuses "1m30s"`},
 	}
@@ -740,7 +792,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 				t.Fatalf("the mutation's anchor %q must occur exactly once", c.old)
 			}
 			*target = strings.Replace(*target, c.old, c.new, 1)
-			problems := allChecks(loadTemplate(t, tplText), mk, calls)
+			problems := allChecks(loadTemplate(t, tplText), mk, fromCode)
 			for _, p := range problems {
 				if strings.Contains(p, c.want) {
 					return

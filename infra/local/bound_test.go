@@ -38,3 +38,22 @@ func TestFillBoundChainsBlockers(t *testing.T) {
 		t.Errorf("bound %v, want the second blocker's end + a tick %v", got, want)
 	}
 }
+
+func TestFillBoundAfterABlindMomentIsAWholeGraceLater(t *testing.T) {
+	at := time.Unix(1000, 0)
+	blind := []Interval{{Begin: at.Add(-time.Second), End: at.Add(5 * time.Second), Blind: true}}
+	if got, want := FillBound(at, 2*time.Second, 500*time.Millisecond, blind), at.Add(7500*time.Millisecond); !got.Equal(want) {
+		t.Errorf("bound %v, want the blind moment's end + grace + tick %v: the next pass first sees the gap then", got, want)
+	}
+}
+
+func TestFillBoundChainsAHolderAfterABlindMoment(t *testing.T) {
+	at := time.Unix(1000, 0)
+	chain := []Interval{
+		{Begin: at.Add(-time.Second), End: at.Add(5 * time.Second), Blind: true},
+		{Begin: at.Add(6 * time.Second), End: at.Add(15 * time.Second)}, // opened before the new marker
+	}
+	if got, want := FillBound(at, 2*time.Second, 500*time.Millisecond, chain), at.Add(15500*time.Millisecond); !got.Equal(want) {
+		t.Errorf("bound %v, want the holder's end + a tick %v", got, want)
+	}
+}

@@ -45,6 +45,10 @@ type Options struct {
 	Observe Observer
 }
 
+// LocalStackName is the functions' STACK_NAME under the local driver,
+// unless its environment sets one.
+const LocalStackName = "outboxkeeper-local"
+
 // Stack is the three functions running under rie against a database and
 // the report queues.
 type Stack struct {
@@ -228,6 +232,9 @@ func (s *Stack) env(fn string) map[string]string {
 	if fn == "compensate" {
 		env["COMPENSATE_DLQ_URL"] = s.Queues.DLQURL
 	}
+	// What the template sets from AWS::StackName: the Stack dimension of
+	// the metrics, here one no deployment would have.
+	env["STACK_NAME"] = cmp.Or(os.Getenv("STACK_NAME"), LocalStackName)
 	// The tunables this function reads (config.Variables is the list the
 	// config package itself reads): what the template sets with its
 	// parameters' defaults, unless the driver's environment or the

@@ -113,8 +113,14 @@ func markedCompatible(body string) bool {
 	return false
 }
 
-// Render fills a migration template for schema (already validated).
+// Render fills a migration template for schema. {{schema_name}} becomes a
+// string literal with the name pasted in, which is safe only for a valid
+// schema name (no quote can be in one): anything else panics, as a
+// programming error.
 func Render(sql, schema string) string {
+	if err := store.ValidSchema(schema); err != nil {
+		panic(fmt.Sprintf("migrate: Render with schema %q: %v", schema, err))
+	}
 	return strings.NewReplacer(
 		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
 		"{{schema_name}}", "'"+schema+"'",
@@ -132,6 +138,8 @@ type Conn interface {
 // exactly as one migrated by the migrator.
 type bookkeeping struct {
 	quoted string
+	// pinPath is the first statement of every migration transaction.
+	pinPath string
 	// lock serialises migrators of one schema (see Apply).
 	lock string
 	// schemaExists and columnsExist let Apply skip DDL that is already
@@ -153,7 +161,11 @@ func newBookkeeping(schema string) bookkeeping {
 	q := pgx.Identifier{schema}.Sanitize()
 	t := q + ".schema_migrations"
 	return bookkeeping{
-		quoted:       q,
+		quoted: q,
+		// Migrations name every object of ours schema-qualified; with the
+		// path pinned, a built-in operator or type cannot be shadowed by
+		// one planted in a schema the migrating login can see.
+		pinPath:      `SET LOCAL search_path = pg_catalog, pg_temp`,
 		lock:         `SELECT pg_advisory_xact_lock(hashtext('outboxkeeper.migrate'), hashtext('` + schema + `'))`,
 		schemaExists: `SELECT to_regnamespace('` + q + `') IS NOT NULL`,
 		columnsExist: `SELECT count(*) = 2 FROM pg_catalog.pg_attribute
@@ -245,6 +257,9 @@ func Apply(ctx context.Context, conn Conn, schema string) (Result, error) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 
+	if _, err := tx.Exec(ctx, b.pinPath); err != nil {
+		return res, fmt.Errorf("migrate: pin search_path: %w", err)
+	}
 	if _, err := tx.Exec(ctx, b.lock); err != nil {
 		return res, fmt.Errorf("migrate: lock: %w", err)
 	}

@@ -47,6 +47,7 @@ func Print(w io.Writer, schema, after string) error {
 	p("--   psql \"$DATABASE_URL\" -v ON_ERROR_STOP=1 -f migrations.sql\n")
 	p("-- then set up the roles: SELECT %s.grant_maintainer('<functions role>'), %s.grant_writer('<application role>').\n", b.quoted, b.quoted)
 	p("BEGIN;\n")
+	p("%s;\n", b.pinPath)
 	p("%s;\n", b.lock)
 	p("%s;\n", b.createSchema)
 	p("%s;\n", b.createTable)

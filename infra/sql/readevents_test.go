@@ -37,7 +37,7 @@ func (n planNode) walk(fn func(planNode)) {
 // events through events_pkey only, never a sequential scan, and touches a
 // few pages for a page of 100 (a handful of index and heap pages, not the
 // table's thousands), in the middle of the table and from its start. The
-// function is plpgsql (0011), so EXPLAIN of a call shows a Function Scan;
+// function is plpgsql (0012), so EXPLAIN of a call shows a Function Scan;
 // auto_explain with nested statements shows the query inside, the plan the
 // function keeps.
 func TestReadEventsIsOneIndexRangeScanOnAMillionRows(t *testing.T) {

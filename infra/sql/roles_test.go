@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
@@ -174,125 +175,14 @@ func TestMaintainerRunsEveryFunction(t *testing.T) {
 	m := db.Maintainer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
 
 	if err := migrate.Check(ctx, m.Pool, "outbox"); err != nil {
 		t.Errorf("version check as the maintainer: %v", err)
 	}
 
-	// fill: 1 committed, 2 rolled back, 3 committed.
-	exec(`SELECT outbox.publish('t', '{}')`)
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var burned int64
-	var burnedXID string
-	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&burned, &burnedXID); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	exec(`SELECT outbox.publish('t', '{}')`)
-	fs, err := fill.New(m.Pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
-		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fr, err := fs.RunOnce(ctx)
-	if err != nil {
-		t.Fatalf("fill as the maintainer: %v", err)
-	}
-	if fr.Filled != 1 {
-		t.Errorf("fill: Filled = %d, want 1 (result %+v)", fr.Filled, fr)
-	}
+	everyPassDoesItsWork(t, ctx, db, m.Pool)
 
-	// compensate: a reported rollback of a finished writer.
-	tx, err = db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reported int64
-	var reportedXID string
-	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&reported, &reportedXID); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := compensate.New(m.Pool, compensate.Config{}, compensate.Options{SQS: sqstest.Client(t), Logger: quiet(),
-		Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := cs.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{
-		MessageId:      "m1",
-		Body:           fmt.Sprintf(`{"v":1,"xid":%q,"sequences":[%d]}`, reportedXID, reported),
-		EventSource:    "aws:sqs",
-		EventSourceARN: "arn:aws:sqs:us-east-1:000000000000:reports",
-		Attributes:     map[string]string{"ApproximateReceiveCount": "1"},
-	}}})
-	if err != nil || len(resp.BatchItemFailures) != 0 {
-		t.Errorf("compensate as the maintainer: %v, failures %v", err, resp.BatchItemFailures)
-	}
-	var by string
-	if err := db.Pool.QueryRow(ctx, `SELECT filled_by FROM outbox.events WHERE sequence = $1`, reported).Scan(&by); err != nil || by != "compensate" {
-		t.Errorf("reported sequence %d: filled_by %q (%v), want compensate", reported, by, err)
-	}
-
-	// sweep: one stuck delivery goes back to pending, one past its
-	// redeliveries becomes dead.
-	var stuck, dying int64
-	if err := db.Pool.QueryRow(ctx, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, delivered_at)
-		VALUES ('r', 'k', '', 'delivered', 1, now() - interval '2 minutes') RETURNING id`).Scan(&stuck); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Pool.QueryRow(ctx, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, redeliveries, delivered_at)
-		VALUES ('r', 'k', '', 'delivered', 11, 10, now() - interval '2 minutes') RETURNING id`).Scan(&dying); err != nil {
-		t.Fatal(err)
-	}
-	ss, err := sweep.New(m.Pool, sweep.Config{}, sweep.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sr, err := ss.RunOnce(ctx)
-	if err != nil {
-		t.Fatalf("sweep as the maintainer: %v", err)
-	}
-	if sr.Reset != 1 {
-		t.Errorf("sweep: Reset = %d, want 1", sr.Reset)
-	}
-	if sr.Dead != 1 {
-		t.Errorf("sweep: Dead = %d, want 1", sr.Dead)
-	}
-
-	// prune: the acked delivery and the events at or below the watermark
-	// (the fill has filled the gap, so 1..3 are contiguous).
-	exec(`UPDATE outbox.deliveries SET state = 'acked', created_at = now() - interval '2 days', acked_at = now() - interval '2 days' WHERE id = $1`, stuck)
-	exec(`UPDATE outbox.events SET recorded_at = now() - interval '2 days'`)
-	ps, err := prune.New(m.Pool, prune.Config{EventsAfter: time.Hour},
-		prune.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, err := ps.RunOnce(ctx)
-	if err != nil {
-		t.Fatalf("prune as the maintainer: %v", err)
-	}
-	if pr.DeletedAcked != 1 {
-		t.Errorf("prune: DeletedAcked = %d, want 1", pr.DeletedAcked)
-	}
-	if pr.DeletedEvents == 0 {
-		t.Errorf("prune: DeletedEvents = 0, want the events at or below the watermark (result %+v)", pr)
-	}
-
-	_, err = m.Pool.Exec(ctx, `SELECT outbox.commit_position('ledger', 0)`)
+	_, err := m.Pool.Exec(ctx, `SELECT outbox.commit_position('ledger', 0)`)
 	refused(t, "maintainer moves a consumer", err)
 	_, err = m.Pool.Exec(ctx, `SELECT nextval('outbox.events_sequence_seq')`)
 	refused(t, "maintainer nextval", err)
@@ -405,7 +295,7 @@ func TestRegrantRolesRenewsEveryRecordedRole(t *testing.T) {
 }
 
 // publish and publish_batch run as the schema's owner (SECURITY DEFINER)
-// with no search_path of their own (0012): a writer that plants a
+// with no search_path of their own (0013): a writer that plants a
 // function, an operator or a type under every name their bodies and the
 // notification trigger use, and puts its schema first on the path, gets
 // none of them run as the owner. Each planted object raises, so one that
@@ -472,5 +362,124 @@ func TestPublishIgnoresTheCallersSearchPath(t *testing.T) {
 		if err := db.Pool.QueryRow(ctx, `SELECT xid::text FROM outbox.events WHERE sequence = $1`, seq).Scan(&xid); err != nil || xid == nil {
 			t.Errorf("%s: event %d has xid %v (%v), want the writer's", name, seq, xid, err)
 		}
+	}
+}
+
+// everyPassDoesItsWork runs fill, compensate, sweep and prune on pool,
+// each on work set up for it with the owner's db.Pool, and checks each did
+// it: the maintainer role's test, and the planted-operator test's.
+func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool *pgxpool.Pool) {
+	t.Helper()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// fill: 1 committed, 2 rolled back, 3 committed.
+	exec(`SELECT outbox.publish('t', '{}')`)
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var burned int64
+	var burnedXID string
+	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&burned, &burnedXID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exec(`SELECT outbox.publish('t', '{}')`)
+	fs, err := fill.New(pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
+		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := fs.RunOnce(ctx)
+	if err != nil {
+		t.Fatalf("fill: %v", err)
+	}
+	if fr.Filled != 1 {
+		t.Errorf("fill: Filled = %d, want 1 (result %+v)", fr.Filled, fr)
+	}
+
+	// compensate: a reported rollback of a finished writer.
+	tx, err = db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported int64
+	var reportedXID string
+	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&reported, &reportedXID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{SQS: sqstest.Client(t), Logger: quiet(),
+		Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cs.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{
+		MessageId:      "m1",
+		Body:           fmt.Sprintf(`{"v":1,"xid":%q,"sequences":[%d]}`, reportedXID, reported),
+		EventSource:    "aws:sqs",
+		EventSourceARN: "arn:aws:sqs:us-east-1:000000000000:reports",
+		Attributes:     map[string]string{"ApproximateReceiveCount": "1"},
+	}}})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Errorf("compensate: %v, failures %v", err, resp.BatchItemFailures)
+	}
+	var by string
+	if err := db.Pool.QueryRow(ctx, `SELECT filled_by FROM outbox.events WHERE sequence = $1`, reported).Scan(&by); err != nil || by != "compensate" {
+		t.Errorf("reported sequence %d: filled_by %q (%v), want compensate", reported, by, err)
+	}
+
+	// sweep: one stuck delivery goes back to pending, one past its
+	// redeliveries becomes dead.
+	var stuck, dying int64
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, delivered_at)
+		VALUES ('r', 'k', '', 'delivered', 1, now() - interval '2 minutes') RETURNING id`).Scan(&stuck); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, redeliveries, delivered_at)
+		VALUES ('r', 'k', '', 'delivered', 11, 10, now() - interval '2 minutes') RETURNING id`).Scan(&dying); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := sweep.New(pool, sweep.Config{}, sweep.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := ss.RunOnce(ctx)
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if sr.Reset != 1 {
+		t.Errorf("sweep: Reset = %d, want 1", sr.Reset)
+	}
+	if sr.Dead != 1 {
+		t.Errorf("sweep: Dead = %d, want 1", sr.Dead)
+	}
+
+	// prune: the acked delivery and the events at or below the watermark
+	// (the fill has filled the gap, so 1..3 are contiguous).
+	exec(`UPDATE outbox.deliveries SET state = 'acked', created_at = now() - interval '2 days', acked_at = now() - interval '2 days' WHERE id = $1`, stuck)
+	exec(`UPDATE outbox.events SET recorded_at = now() - interval '2 days'`)
+	ps, err := prune.New(pool, prune.Config{EventsAfter: time.Hour},
+		prune.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := ps.RunOnce(ctx)
+	if err != nil {
+		t.Fatalf("prune: %v", err)
+	}
+	if pr.DeletedAcked != 1 {
+		t.Errorf("prune: DeletedAcked = %d, want 1", pr.DeletedAcked)
+	}
+	if pr.DeletedEvents == 0 {
+		t.Errorf("prune: DeletedEvents = 0, want the events at or below the watermark (result %+v)", pr)
 	}
 }

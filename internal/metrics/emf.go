@@ -5,8 +5,10 @@ package metrics
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
+	"regexp"
 	"sync"
 	"time"
 )
@@ -15,8 +17,30 @@ import (
 // template's alarms read the same name.
 const Namespace = "Outboxkeeper"
 
-// DimensionFunction is the one dimension: which function emitted it.
-const DimensionFunction = "Function"
+// Every metric has two dimensions: the stack the function belongs to
+// (STACK_NAME, which the template sets from AWS::StackName), so two stacks
+// in one account and region never mix their figures, and which function
+// emitted it. The template's alarms and dashboard name both.
+const (
+	DimensionStack    = "Stack"
+	DimensionFunction = "Function"
+)
+
+// DefaultStack is the Stack dimension when STACK_NAME is not set: the
+// stack name samconfig.toml proposes.
+const DefaultStack = "outboxkeeper"
+
+// stackName is what CloudFormation accepts as a stack name, and so what
+// AWS::StackName can be.
+var stackName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,127}$`)
+
+// ValidStack reports why name cannot be a Stack dimension, or nil.
+func ValidStack(name string) error {
+	if !stackName.MatchString(name) {
+		return errors.New("must be a CloudFormation stack name: a letter, then letters, digits or hyphens, at most 128")
+	}
+	return nil
+}
 
 // Units used here (CloudWatch names).
 const (
@@ -33,12 +57,14 @@ type Metric struct {
 	Value float64
 }
 
-// Emitter writes EMF lines for one function.
+// Emitter writes EMF lines for one function of one stack.
 type Emitter struct {
 	Function string
-	Out      io.Writer // default os.Stdout
-	Now      func() time.Time
-	mu       sync.Mutex
+	// Stack is the Stack dimension; DefaultStack when empty.
+	Stack string
+	Out   io.Writer // default os.Stdout
+	Now   func() time.Time
+	mu    sync.Mutex
 }
 
 // New returns an Emitter writing to stdout.
@@ -58,7 +84,11 @@ func (e *Emitter) Emit(values ...Metric) error {
 		Unit string `json:"Unit"`
 	}
 	defs := make([]def, len(values))
-	doc := map[string]any{DimensionFunction: e.Function}
+	stack := e.Stack
+	if stack == "" {
+		stack = DefaultStack
+	}
+	doc := map[string]any{DimensionStack: stack, DimensionFunction: e.Function}
 	for i, v := range values {
 		defs[i] = def{Name: v.Name, Unit: v.Unit}
 		doc[v.Name] = v.Value
@@ -67,7 +97,7 @@ func (e *Emitter) Emit(values ...Metric) error {
 		"Timestamp": now().UnixMilli(),
 		"CloudWatchMetrics": []any{map[string]any{
 			"Namespace":  Namespace,
-			"Dimensions": [][]string{{DimensionFunction}},
+			"Dimensions": [][]string{{DimensionStack, DimensionFunction}},
 			"Metrics":    defs,
 		}},
 	}

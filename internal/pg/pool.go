@@ -88,19 +88,10 @@ func resolve(ctx context.Context, db config.Database, opts Options) (*pgxpool.Co
 	var login *secretLogin
 	if db.SecretARN != "" {
 		variable = "DATABASE_SECRET_ARN"
-		c, err := secrets()
-		if err != nil {
+		var err error
+		if connString, login, err = fromSecret(ctx, db, secrets); err != nil {
 			return nil, nil, err
 		}
-		s, err := FetchSecret(ctx, c, db.SecretARN)
-		if err != nil {
-			return nil, nil, err
-		}
-		if s, err = s.Override(db.Host, db.Port, db.Name); err != nil {
-			return nil, nil, fmt.Errorf("config: DATABASE_SECRET_ARN: %s: %w", db.SecretARN, err)
-		}
-		connString = s.ConnString()
-		login = &secretLogin{client: c, arn: db.SecretARN, user: s.Username, password: s.Password}
 	}
 	pc, err := pgxpool.ParseConfig(connString)
 	if err != nil {
@@ -136,6 +127,31 @@ func resolve(ctx context.Context, db config.Database, opts Options) (*pgxpool.Co
 		// open connection outlives it, so the lifetime below is unaffected.
 	}
 	pooled(pc.ConnConfig, connString)
+	lambdaSized(pc, opts.ApplicationName)
+	return pc, login, nil
+}
+
+// fromSecret reads the login of DATABASE_SECRET_ARN (with the
+// DATABASE_HOST/PORT/NAME overrides) into a connection string, and keeps
+// it for re-reading after a rotation.
+func fromSecret(ctx context.Context, db config.Database, secrets func() (SecretsClient, error)) (string, *secretLogin, error) {
+	c, err := secrets()
+	if err != nil {
+		return "", nil, err
+	}
+	s, err := FetchSecret(ctx, c, db.SecretARN)
+	if err != nil {
+		return "", nil, err
+	}
+	if s, err = s.Override(db.Host, db.Port, db.Name); err != nil {
+		return "", nil, fmt.Errorf("config: DATABASE_SECRET_ARN: %s: %w", db.SecretARN, err)
+	}
+	return s.ConnString(), &secretLogin{client: c, arn: db.SecretARN, user: s.Username, password: s.Password}, nil
+}
+
+// lambdaSized fits the pool to one execution environment, which runs one
+// invocation at a time and may be frozen between them.
+func lambdaSized(pc *pgxpool.Config, applicationName string) {
 	pc.MaxConns = 2
 	pc.MinConns = 0
 	// A frozen environment's idle sockets may be dropped by a NAT or by RDS
@@ -143,15 +159,14 @@ func resolve(ctx context.Context, db config.Database, opts Options) (*pgxpool.Co
 	pc.MaxConnIdleTime = 5 * time.Minute
 	pc.MaxConnLifetime = 30 * time.Minute
 	pc.HealthCheckPeriod = time.Minute
-	if opts.ApplicationName != "" {
+	if applicationName != "" {
 		// A startup parameter, not a SET: nothing session-level that would
 		// pin an RDS Proxy connection.
-		pc.ConnConfig.RuntimeParams["application_name"] = opts.ApplicationName
+		pc.ConnConfig.RuntimeParams["application_name"] = applicationName
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
-	return pc, login, nil
 }
 
 // pooled makes the connection safe behind a transaction pooler (PgBouncer in

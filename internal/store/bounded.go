@@ -42,10 +42,18 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
 
 // setTimeout is sent ahead of every bounded statement, in the same
 // implicit transaction: set_config(..., true) is transaction-local, so
-// the timeout ends with the statement and never reaches the session (which
+// the settings end with the statement and never reach the session (which
 // a transaction pooler would hand to someone else, and which pins an RDS
 // Proxy connection).
-const setTimeout = `SELECT set_config('statement_timeout', $1, true)`
+//
+// It also pins search_path to pg_catalog, pg_temp: every name of ours is
+// schema-qualified, and a built-in operator or function that needs an
+// implicit cast (bigint * interval, text || bigint, unnest(bigint[])) loses
+// to an exact-typed one planted in any schema on the login's search_path
+// (public, on PostgreSQL 14 and older, is writable by everyone), which
+// would then run with the functions' rights. pg_temp last: a temporary
+// object cannot shadow anything either.
+const setTimeout = `SELECT set_config('statement_timeout', $1, true), set_config('search_path', 'pg_catalog, pg_temp', true)`
 
 // contextSlack is how much longer the client waits than the server's
 // timeout: the server cancels first, with a clean error on a connection

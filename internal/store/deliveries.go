@@ -419,3 +419,162 @@ func (p *DeliveryPrune) Prune(ctx context.Context, q Querier, cursor int64, acke
 	}
 	return b, nil
 }
+
+// DeliveryAdmin is the operator CLI's SQL for <schema>.deliveries: the
+// figures `outboxkeeper status` shows, and listing and retrying dead
+// rows. It reads no payload (the operator role cannot), and each statement
+// stays on a partial index: open rows, or dead ones.
+type DeliveryAdmin struct {
+	counts     string
+	listDead   string
+	retryIDs   string
+	retryOlder string
+}
+
+// DeadDelivery is a dead row as the operator sees it: no payload.
+type DeadDelivery struct {
+	ID           int64      `json:"id"`
+	Recipient    string     `json:"recipient"`
+	Kind         string     `json:"kind"`
+	TenantID     *string    `json:"tenant_id"`
+	Attempts     int        `json:"attempts"`
+	Redeliveries int        `json:"redeliveries"`
+	CreatedAt    time.Time  `json:"created_at"`
+	DeliveredAt  *time.Time `json:"delivered_at"`
+	DeadAt       time.Time  `json:"dead_at"`
+}
+
+// NewDeliveryAdmin renders the statements for schema.
+func NewDeliveryAdmin(schema Schema) *DeliveryAdmin {
+	t := schema.Table("deliveries")
+	// The retry: the same columns the sweep's reset moves (§6), back to
+	// where a fresh delivery starts. redeliveries goes back to 0: left as
+	// it was, the row would be dead again on its next stuck push.
+	// delivered_at goes too, as in the sweep's reset (no push is in
+	// flight); attempts stays, as the row's history.
+	const retrySet = `state = 'pending', redeliveries = 0, dead_at = NULL, delivered_at = NULL`
+	return &DeliveryAdmin{
+		// Two scans on two partial indexes (open rows, dead rows), never
+		// the acked history. $1 is the stuck threshold in microseconds.
+		counts: `SELECT o.pending, o.delivered, o.stuck, o.oldest_open_s, d.dead, d.oldest_dead_s
+			FROM (SELECT count(*) FILTER (WHERE state = 'pending') AS pending,
+					count(*) FILTER (WHERE state = 'delivered') AS delivered,
+					count(*) FILTER (WHERE state = 'delivered' AND delivered_at < now() - $1::bigint * interval '1 microsecond') AS stuck,
+					extract(epoch FROM now() - min(created_at))::float8 AS oldest_open_s
+				FROM ` + t + ` WHERE state IN ('pending', 'delivered')) o,
+			(SELECT count(*) AS dead, extract(epoch FROM now() - min(dead_at))::float8 AS oldest_dead_s
+				FROM ` + t + ` WHERE state = 'dead') d`,
+		// Newest first, through deliveries_dead_idx. $1: dead longer than
+		// this many microseconds (0: any).
+		listDead: `SELECT id, recipient, kind, tenant_id, attempts, redeliveries, created_at, delivered_at, dead_at
+			FROM ` + t + `
+			WHERE state = 'dead' AND dead_at <= now() - $1::bigint * interval '1 microsecond'
+			ORDER BY dead_at DESC, id DESC LIMIT $2`,
+		// By id, one compare-and-set: only rows still dead move (a row a
+		// relay or another operator revived meanwhile is left alone). The
+		// answer names every id asked for, whether it moved, and the state
+		// it had (in the statement's snapshot, before the update: the
+		// reason one did not move).
+		retryIDs: `WITH moved AS (
+				UPDATE ` + t + ` SET ` + retrySet + `
+				WHERE id = ANY ($1::bigint[]) AND state = 'dead'
+				RETURNING id)
+			SELECT a.id, m.id IS NOT NULL, coalesce(d.state, '')
+			FROM unnest($1::bigint[]) AS a(id)
+			LEFT JOIN moved m ON m.id = a.id
+			LEFT JOIN ` + t + ` d ON d.id = a.id
+			ORDER BY a.id`,
+		// Every dead row older than $1 microseconds, oldest first, at most
+		// $2 in one statement: picked under FOR UPDATE SKIP LOCKED (a row
+		// the sweep or a relay holds is theirs this instant), moved only
+		// if still dead. It answers with how many moved and how many more
+		// match (the statement's snapshot counts the moved ones too).
+		retryOlder: `WITH picked AS MATERIALIZED (
+				SELECT id FROM ` + t + `
+				WHERE state = 'dead' AND dead_at <= now() - $1::bigint * interval '1 microsecond'
+				ORDER BY dead_at, id LIMIT $2
+				FOR UPDATE SKIP LOCKED
+			), moved AS (
+				UPDATE ` + t + ` SET ` + retrySet + `
+				WHERE id = ANY (ARRAY(SELECT id FROM picked)) AND state = 'dead'
+				RETURNING id)
+			SELECT (SELECT count(*) FROM moved),
+				(SELECT count(*) FROM ` + t + ` WHERE state = 'dead' AND dead_at <= now() - $1::bigint * interval '1 microsecond')
+					- (SELECT count(*) FROM moved)`,
+	}
+}
+
+// DeliveryCounts are the figures of `outboxkeeper status`.
+type DeliveryCounts struct {
+	Pending   int64 `json:"pending"`
+	Delivered int64 `json:"delivered"`
+	// Stuck counts delivered rows older than the threshold asked for: the
+	// sweep's next pass resets them.
+	Stuck int64 `json:"stuck"`
+	// OldestOpenSeconds is the age of the oldest pending or delivered row
+	// (by created_at), nil when there is none.
+	OldestOpenSeconds *float64 `json:"oldest_open_s"`
+	Dead              int64    `json:"dead"`
+	OldestDeadSeconds *float64 `json:"oldest_dead_s"`
+}
+
+// Open is pending + delivered.
+func (c DeliveryCounts) Open() int64 { return c.Pending + c.Delivered }
+
+// Counts reads the figures in one statement; stuckAfter is the sweep's
+// threshold (SWEEP_STUCK_AFTER).
+func (a *DeliveryAdmin) Counts(ctx context.Context, q Querier, stuckAfter time.Duration) (DeliveryCounts, error) {
+	var c DeliveryCounts
+	if err := q.QueryRow(ctx, a.counts, stuckAfter.Microseconds()).Scan(&c.Pending, &c.Delivered, &c.Stuck,
+		&c.OldestOpenSeconds, &c.Dead, &c.OldestDeadSeconds); err != nil {
+		return DeliveryCounts{}, fmt.Errorf("count deliveries: %w", err)
+	}
+	return c, nil
+}
+
+// ListDead returns up to limit dead rows dead for at least olderThan,
+// newest first.
+func (a *DeliveryAdmin) ListDead(ctx context.Context, q Querier, olderThan time.Duration, limit int) ([]DeadDelivery, error) {
+	rows, err := q.Query(ctx, a.listDead, olderThan.Microseconds(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list dead deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadDelivery])
+	if err != nil {
+		return nil, fmt.Errorf("list dead deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// RetryOutcome is what a retry by id did to one id.
+type RetryOutcome struct {
+	ID    int64 `json:"id"`
+	Reset bool  `json:"reset"`
+	// State is the row's state when the statement ran: "dead" for one
+	// reset, another state for one that was not dead, "" for no such row.
+	State string `json:"state"`
+}
+
+// RetryIDs puts the rows among ids that are still dead back to pending,
+// in one compare-and-set statement, and says what happened to each id.
+func (a *DeliveryAdmin) RetryIDs(ctx context.Context, q Querier, ids []int64) ([]RetryOutcome, error) {
+	rows, err := q.Query(ctx, a.retryIDs, ids)
+	if err != nil {
+		return nil, fmt.Errorf("retry dead deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[RetryOutcome])
+	if err != nil {
+		return nil, fmt.Errorf("retry dead deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// RetryOlderThan puts up to limit rows dead for at least olderThan back
+// to pending, oldest first, in one statement; it returns how many moved
+// and how many more such rows remain.
+func (a *DeliveryAdmin) RetryOlderThan(ctx context.Context, q Querier, olderThan time.Duration, limit int) (reset, remaining int64, err error) {
+	if err := q.QueryRow(ctx, a.retryOlder, olderThan.Microseconds(), limit).Scan(&reset, &remaining); err != nil {
+		return 0, 0, fmt.Errorf("retry dead deliveries: %w", err)
+	}
+	return reset, remaining, nil
+}

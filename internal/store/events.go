@@ -15,6 +15,10 @@ import (
 const (
 	FilledByFill       = "fill"
 	FilledByCompensate = "compensate"
+	// FilledByOperator: written by `outboxkeeper skip-stall`, neither
+	// proven abandoned nor reported by its writer, but skipped by a
+	// person, on the record (<schema>.stall_skips, skips.go).
+	FilledByOperator = "operator"
 )
 
 // Event is one row of <schema>.events.
@@ -56,7 +60,7 @@ func NewEvents(schema Schema) *Events {
 		// <schema>.read_events (infra/sql/0007) is the read side for
 		// every language: rows after the cursor up to, never past, the
 		// first missing sequence above the fill watermark: one index
-		// range scan, its plan kept by the server connection (0011).
+		// range scan, its plan kept by the server connection (0012).
 		readContiguous: `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
 			FROM ` + schema.Table("read_events") + `($1, $2)`,
 		readPage: `SELECT sequence FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2`,
@@ -72,23 +76,30 @@ func NewEvents(schema Schema) *Events {
 		// It answers with what it wrote as a count and a range, not the
 		// sequences themselves: a thousand-row batch costs no array to
 		// build, sort and send back.
-		fill: placeholderInsert(t, `ON CONFLICT (sequence) DO NOTHING`),
+		// Only above the fill watermark: every sequence at or below it is
+		// present or was pruned (§6b), and a placeholder re-created in
+		// pruned history (a report redriven from the DLQ weeks later, or
+		// a forged one) would be the youngest row of the oldest prefix,
+		// which stops event retention there for a whole retention period.
+		// Such a sequence counts as already present.
+		fill: placeholderInsert(schema, `ON CONFLICT (sequence) DO NOTHING`),
 		// fillMissing is fill without ON CONFLICT, for sequences the
 		// caller has just read as missing (InsertMissing). A speculative
 		// insert (what ON CONFLICT does) costs PostgreSQL about half as
 		// much again per row as a plain one. A plain insert still never
 		// overwrites: the primary key refuses the whole statement instead
 		// (23505), and nothing is written.
-		fillMissing: placeholderInsert(t, ``),
+		fillMissing: placeholderInsert(schema, ``),
 	}
 }
 
-// placeholderInsert is the placeholder insert of table t, with conflict
-// as its ON CONFLICT clause (or none).
-func placeholderInsert(t, conflict string) string {
+// placeholderInsert is the placeholder insert of schema's events, above
+// its fill watermark, with conflict as its ON CONFLICT clause (or none).
+func placeholderInsert(schema Schema, conflict string) string {
 	return `WITH wrote AS (
-				INSERT INTO ` + t + ` (sequence, filled_by)
+				INSERT INTO ` + schema.Table("events") + ` (sequence, filled_by)
 				SELECT s, $2 FROM unnest($1::bigint[]) AS s
+				WHERE s > (SELECT coalesce(max(watermark), 0) FROM ` + schema.Table("fill_state") + `)
 				` + conflict + `
 				RETURNING sequence)
 			SELECT count(*), coalesce(min(sequence), 0), coalesce(max(sequence), 0),

@@ -30,12 +30,19 @@ type Schema struct{ name string }
 
 // identifier is a plain, unquoted-safe PostgreSQL identifier. Anything else
 // is refused rather than escaped: a schema name is configuration, not data.
-var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+// At most MaxSchemaLength bytes, not PostgreSQL's 63: the NOTIFY channels
+// are the name plus "_deliveries" (11 bytes), and a channel name must fit
+// in 63 bytes too, or every placeholder insert and the sweep's wake-up
+// would fail ("channel name too long").
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,51}$`)
+
+// MaxSchemaLength is the longest outbox schema name, in bytes.
+const MaxSchemaLength = 52
 
 // ValidSchema reports why name cannot be an outbox schema, or nil.
 func ValidSchema(name string) error {
 	if !identifier.MatchString(name) {
-		return errors.New("must be a plain lower-case identifier: a letter or _, then letters, digits or _, at most 63 bytes")
+		return errors.New("must be a plain lower-case identifier: a letter or _, then letters, digits or _, at most 52 bytes (the NOTIFY channels add _deliveries)")
 	}
 	if strings.HasPrefix(name, "pg_") {
 		return errors.New("names starting with pg_ are reserved by PostgreSQL")

@@ -32,9 +32,13 @@ func (d *DB) Writer(t testing.TB) *Role { return d.NewRole(t, "grant_writer") }
 // the functions' role is.
 func (d *DB) Maintainer(t testing.TB) *Role { return d.NewRole(t, "grant_maintainer") }
 
+// Operator is a new login role set up with <schema>.grant_operator, as a
+// person on call's is.
+func (d *DB) Operator(t testing.TB) *Role { return d.NewRole(t, "grant_operator") }
+
 // NewRole creates a login role with a password and runs each of the
 // schema's grant functions named in grants (grant_writer,
-// grant_maintainer) for it as the schema's owner. Roles belong to the
+// grant_maintainer, grant_operator) for it as the schema's owner. Roles belong to the
 // whole cluster, so the name is unique per call; the role's privileges
 // and the role itself are dropped when the test ends.
 func (d *DB) NewRole(t testing.TB, grants ...string) *Role {

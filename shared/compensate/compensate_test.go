@@ -641,6 +641,33 @@ func TestCommittedSequencesUnchanged(t *testing.T) {
 	}
 }
 
+// A report naming a sequence at or below the fill watermark that prune has
+// deleted (a report redriven from the DLQ long after, or a forged one)
+// re-creates nothing: pruned history stays pruned, and its oldest prefix
+// gets no young row that would hold event retention back.
+func TestPrunedSequenceNotRecreated(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	seqs := f.commit(3)
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE outbox.fill_state SET watermark = $1`, seqs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.Pool.Exec(ctx, `DELETE FROM outbox.events WHERE sequence = $1`, seqs[0]); err != nil {
+		t.Fatal(err)
+	}
+	f.send(body(t, report.Report{Sequences: seqs[:1]}))
+	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0", res.Filled)
+	}
+	if res.AlreadyPresent != 1 {
+		t.Errorf("AlreadyPresent = %d, want 1 (pruned counts as present)", res.AlreadyPresent)
+	}
+	wantFailedItems(t, "the batch", res)
+	f.requireMissing(seqs[:1])
+}
+
 // Every kind of bad input ends in the DLQ, body unchanged, with a
 // distinct reason in the `error` attribute; the rest of the batch succeeds.
 func TestBadInputToDLQ(t *testing.T) {
@@ -672,6 +699,10 @@ func TestBadInputToDLQ(t *testing.T) {
 		f.send(b)
 	}
 	ev := f.receive(len(bad)+1, 10*time.Second)
+	idOf := map[string]string{} // body → its message id on the source queue
+	for _, r := range ev.Records {
+		idOf[r.Body] = r.MessageId
+	}
 	res := process(f.svc, ctx, ev)
 	if res.Filled != 2 {
 		t.Errorf("Filled = %d, want the good report's 2", res.Filled)
@@ -703,6 +734,9 @@ func TestBadInputToDLQ(t *testing.T) {
 		}
 		if !strings.Contains(reason, wantReason[name]) {
 			t.Errorf("%s: DLQ reason %q, want it to contain %q", name, reason, wantReason[name])
+		}
+		if source, want := aws.ToString(m.MessageAttributes["source_message_id"].StringValue), idOf[aws.ToString(m.Body)]; source != want {
+			t.Errorf("%s: source_message_id %q, want the report's own message id %q", name, source, want)
 		}
 		reasons[reason] = true
 	}

@@ -68,13 +68,16 @@ func (q *queueURLs) lookup(ctx context.Context, arn string) (string, error) {
 	return url, nil
 }
 
-// toDLQ forwards the original body unchanged, with the reason.
+// toDLQ forwards the original body unchanged, with the reason (`error`)
+// and the report's message id on the source queue (`source_message_id`),
+// which is the id compensate's log line names it by.
 func (s *Service) toDLQ(ctx context.Context, it *item) error {
 	_, err := s.opts.SQS.SendMessage(ctx, &sqs.SendMessageInput{
 		QueueUrl:    aws.String(s.cfg.DLQURL),
 		MessageBody: aws.String(it.msg.Body),
 		MessageAttributes: map[string]sqstypes.MessageAttributeValue{
-			"error": {DataType: aws.String("String"), StringValue: aws.String(it.reason)},
+			"error":             {DataType: aws.String("String"), StringValue: aws.String(it.reason)},
+			"source_message_id": {DataType: aws.String("String"), StringValue: aws.String(it.msg.MessageId)},
 		},
 	})
 	return err

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
@@ -87,6 +88,10 @@ type Variable struct {
 // all is every function: each logs in, and migrate applies the schema.
 var all = []string{"fill", "sweep", "compensate", "prune", "migrate"}
 
+// emitters are the functions that write metrics, each with the Stack
+// dimension (LoadStack); migrate writes none.
+var emitters = []string{"fill", "sweep", "compensate", "prune"}
+
 // Variables lists every variable read here, for the template tests and docs.
 func Variables() []Variable {
 	return []Variable{
@@ -99,6 +104,7 @@ func Variables() []Variable {
 		{"DATABASE_CA_PEM", all},
 		{"DATABASE_CA_SECRET_ARN", all},
 		{"OUTBOX_SCHEMA", all},
+		{"STACK_NAME", emitters},
 		{"FILL_GRACE", []string{"fill"}},
 		{"FILL_BATCH_LIMIT", []string{"fill"}},
 		{"FILL_PAGE_SIZE", []string{"fill"}},
@@ -169,6 +175,21 @@ func LoadDatabase(env Lookup) (Database, error) {
 		r.fail("DATABASE_IAM_AUTH", "true", "IAM auth takes host, port, user and database from DATABASE_URL, which is empty")
 	}
 	return db, r.err
+}
+
+// LoadStack reads STACK_NAME: the Stack dimension of every metric, which
+// the template sets from AWS::StackName so that two stacks in one account
+// and region never mix their figures. Unset, it is metrics.DefaultStack.
+func LoadStack(env Lookup) (string, error) {
+	r := reader{env: env}
+	v := r.str("STACK_NAME")
+	if v == "" {
+		return metrics.DefaultStack, nil
+	}
+	if err := metrics.ValidStack(v); err != nil {
+		r.fail("STACK_NAME", v, err.Error())
+	}
+	return v, r.err
 }
 
 // PassConfig is what Load fills: a pass's Config (fill.Config,

@@ -66,6 +66,8 @@ func TestEveryVariable(t *testing.T) {
 		sw   sweeppkg.Config
 		comp compensatepkg.Config
 		pr   prunepkg.Config
+		// stack is LoadStack's.
+		stack string
 	}
 	load := func(vars map[string]string) (loaded, error) {
 		env := FromMap(vars)
@@ -81,6 +83,8 @@ func TestEveryVariable(t *testing.T) {
 		l.comp, err = Load[compensatepkg.Config](env)
 		errs = append(errs, err)
 		l.pr, err = Load[prunepkg.Config](env)
+		errs = append(errs, err)
+		l.stack, err = LoadStack(env)
 		errs = append(errs, err)
 		return l, errors.Join(errs...)
 	}
@@ -103,6 +107,7 @@ func TestEveryVariable(t *testing.T) {
 		{"DATABASE_CA_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:1:secret:rds-ca", func(l loaded) bool { return l.db.CASecretARN != "" }, []string{"rds-ca"}},
 		{"DATABASE_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:1:secret:db", func(l loaded) bool { return l.db.SecretARN != "" }, []string{"not-an-arn"}},
 		{"DATABASE_IAM_AUTH", "true", func(l loaded) bool { return l.db.IAMAuth }, []string{"yes please"}},
+		{"STACK_NAME", "billing-outbox", func(l loaded) bool { return l.stack == "billing-outbox" }, []string{"billing_outbox", "2nd", "has space"}},
 		{"OUTBOX_SCHEMA", "billing_outbox", func(l loaded) bool { return l.db.Schema == "billing_outbox" }, []string{"Outbox", "a;drop", "pg_catalog", "1abc", strings.Repeat("a", 64)}},
 		{"FILL_GRACE", "750ms", func(l loaded) bool { return l.fill.Grace == 750*time.Millisecond }, []string{"2", "-1s", "soon"}},
 		{"FILL_BATCH_LIMIT", "2", func(l loaded) bool { return l.fill.BatchLimit == 2 }, []string{"0", "x", "1.5"}},
@@ -176,6 +181,16 @@ func TestEveryVariable(t *testing.T) {
 }
 
 // FILL_GRACE=0s means no grace at all, where an unset one means the default.
+func TestStackDefaultsToTheDefaultStack(t *testing.T) {
+	stack, err := LoadStack(FromMap(map[string]string{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stack != "outboxkeeper" {
+		t.Errorf("LoadStack without STACK_NAME = %q, want outboxkeeper", stack)
+	}
+}
+
 func TestFillGraceZeroMeansNone(t *testing.T) {
 	c, err := Load[fillpkg.Config](FromMap(map[string]string{"FILL_GRACE": "0s"}))
 	if err != nil {
@@ -226,8 +241,8 @@ func TestVariablesAreThePassConfigsTags(t *testing.T) {
 		}
 	}
 	for _, v := range Variables() {
-		if strings.HasPrefix(v.Name, "DATABASE_") {
-			continue // LoadDatabase's
+		if strings.HasPrefix(v.Name, "DATABASE_") || v.Name == "STACK_NAME" {
+			continue // LoadDatabase's and LoadStack's
 		}
 		got := tagged[v.Name]
 		slices.Sort(got)

@@ -123,6 +123,7 @@ type Service struct {
 	state  stateSQL
 	lease  leaseSQL
 	proof  proofSQL
+	skips  *store.Skips
 	cfg    Config
 	opts   Options
 
@@ -158,6 +159,7 @@ func New(db store.DB, cfg Config, opts Options) (*Service, error) {
 		state:  newStateSQL(schema),
 		lease:  newLeaseSQL(schema),
 		proof:  newProofSQL(),
+		skips:  store.NewSkips(schema),
 		cfg:    cfg,
 		opts:   opts,
 	}, nil

@@ -213,30 +213,8 @@ func (p *pass) next(out outcome) (time.Duration, string) {
 // step is one look: the head, the watermark over whatever is present, and
 // the cycle of the stall it stops at.
 func (p *pass) step(ctx context.Context) (outcome, error) {
-	p.res.Ticks++
-	tick, err := p.s.lease.pollTick(ctx, p.q, p.owner)
-	if err != nil {
-		return 0, err
-	}
-	if !tick.Held {
-		return leaseGone, nil
-	}
-	p.successor = tick.Successor
-	p.head, p.res.headRead = tick.Head, true
-	p.heads.add(p.s.opts.Now(), p.head, max(p.s.cfg.Grace, 0)+p.s.cfg.Tick)
-	if !p.st.Started {
-		lowest, err := p.s.events.Lowest(ctx, p.q)
-		if err != nil {
-			return 0, err
-		}
-		w, ok := initialWatermark(lowest, p.head, p.s.cfg.PageSize)
-		if !ok {
-			return caughtUp, nil // nothing to anchor on yet
-		}
-		// The historical boundary is the head polled above: strictly
-		// before any marker, which a later statement assigns.
-		p.st.Started, p.st.Watermark, p.st.HistoricalHead = true, w, p.head
-		p.dirty = true
+	if o, held, err := p.readHead(ctx); err != nil || !held {
+		return o, err
 	}
 	if more, err := p.advance(ctx); err != nil || more {
 		return outOfTime, err
@@ -261,28 +239,8 @@ func (p *pass) step(ctx context.Context) (outcome, error) {
 			return 0, err
 		}
 	}
-	proof, err := p.s.proof.checkProof(ctx, p.q, *c.Marker)
-	if err != nil {
-		return 0, err
-	}
-	switch proof {
-	case proofForeign:
-		p.s.opts.Logger.WarnContext(ctx, "fill: the persisted marker is not this cluster's (restored state, logical replication or a blue/green switch-over): discarding it and taking a fresh one",
-			slog.Uint64("marker", *c.Marker), slog.Int64("marker_head", c.MarkerHead))
-		p.res.ForeignMarkers++
-		c.Marker, c.MarkerHead = nil, 0
-		p.st.ProofBlockedSince, p.dirty = nil, true
-		return progress, nil
-	case proofBlocked:
-		p.blocked = c.Marker
-		if p.st.ProofBlockedSince == nil {
-			p.st.ProofBlockedSince, p.dirty = &now, true
-		}
-		return inProof, nil
-	}
-	p.blocked = nil
-	if p.st.ProofBlockedSince != nil {
-		p.st.ProofBlockedSince, p.dirty = nil, true
+	if o, proven, err := p.prove(ctx, c, now); err != nil || !proven {
+		return o, err
 	}
 	began := p.s.opts.Now()
 	done, err := p.fillCycle(ctx)
@@ -293,6 +251,71 @@ func (p *pass) step(ctx context.Context) (outcome, error) {
 	p.res.Cycles++
 	p.setCycle(nil)
 	return progress, nil
+}
+
+// readHead polls the lease and the head (one statement), records the head
+// for dating stalls, and anchors a table the fill has never started on.
+// held is false when the step ends here: the lease went to a successor,
+// or there is nothing to anchor on yet.
+func (p *pass) readHead(ctx context.Context) (o outcome, held bool, err error) {
+	p.res.Ticks++
+	tick, err := p.s.lease.pollTick(ctx, p.q, p.owner)
+	if err != nil {
+		return 0, false, err
+	}
+	if !tick.Held {
+		return leaseGone, false, nil
+	}
+	p.successor = tick.Successor
+	p.head, p.res.headRead = tick.Head, true
+	p.heads.add(p.s.opts.Now(), p.head, max(p.s.cfg.Grace, 0)+p.s.cfg.Tick)
+	if p.st.Started {
+		return 0, true, nil
+	}
+	lowest, err := p.s.events.Lowest(ctx, p.q)
+	if err != nil {
+		return 0, false, err
+	}
+	w, ok := initialWatermark(lowest, p.head, p.s.cfg.PageSize)
+	if !ok {
+		return caughtUp, false, nil // nothing to anchor on yet
+	}
+	// The historical boundary is the head polled above: strictly before
+	// any marker, which a later statement assigns.
+	p.st.Started, p.st.Watermark, p.st.HistoricalHead = true, w, p.head
+	p.dirty = true
+	return 0, true, nil
+}
+
+// prove checks cycle c's marker (docs/design.md §3): proven says every
+// sequence up to its marker head is abandoned and the cycle may fill;
+// otherwise o says why not. A marker from another cluster is dropped, to
+// be retaken at the next step; a blocked proof dates its blockage once.
+func (p *pass) prove(ctx context.Context, c *Cycle, now time.Time) (o outcome, proven bool, err error) {
+	proof, err := p.s.proof.checkProof(ctx, p.q, *c.Marker)
+	if err != nil {
+		return 0, false, err
+	}
+	switch proof {
+	case proofForeign:
+		p.s.opts.Logger.WarnContext(ctx, "fill: the persisted marker is not this cluster's (restored state, logical replication or a blue/green switch-over): discarding it and taking a fresh one",
+			slog.Uint64("marker", *c.Marker), slog.Int64("marker_head", c.MarkerHead))
+		p.res.ForeignMarkers++
+		c.Marker, c.MarkerHead = nil, 0
+		p.st.ProofBlockedSince, p.dirty = nil, true
+		return progress, false, nil
+	case proofBlocked:
+		p.blocked = c.Marker
+		if p.st.ProofBlockedSince == nil {
+			p.st.ProofBlockedSince, p.dirty = &now, true
+		}
+		return inProof, false, nil
+	}
+	p.blocked = nil
+	if p.st.ProofBlockedSince != nil {
+		p.st.ProofBlockedSince, p.dirty = nil, true
+	}
+	return 0, true, nil
 }
 
 // advance moves the watermark over contiguous present rows, a page at a
@@ -500,6 +523,9 @@ func (p *pass) close(ctx context.Context, err error) error {
 		switch {
 		case ferr == nil:
 			p.res.HandedOver, p.held = handed, false
+			if err == nil {
+				p.countSkips(fctx)
+			}
 		case errors.Is(ferr, store.ErrBudget) && err == nil:
 			// The lease expires on its own.
 			p.res.TimedOut = ferr.Error()
@@ -514,6 +540,20 @@ func (p *pass) close(ctx context.Context, err error) error {
 		p.res.Error = err.Error()
 	}
 	return err
+}
+
+// countSkips reports the placeholders operators wrote with skip-stall
+// since a pass last counted them: the watermark passes them like its own,
+// and OperatorFilled shows them beside Filled. After the lease is given
+// back, so the statement can never delay the hand-over; a failure costs
+// only the figure, which the next pass reports.
+func (p *pass) countSkips(ctx context.Context) {
+	n, err := p.s.skips.TakeUnreported(ctx, p.q)
+	if err != nil {
+		p.s.opts.Logger.WarnContext(ctx, "fill: could not count operator placeholders", slog.String("error", err.Error()))
+		return
+	}
+	p.res.OperatorFilled = n
 }
 
 // report copies the state into the result.

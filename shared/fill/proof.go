@@ -135,3 +135,28 @@ func (p proofSQL) listBlockers(ctx context.Context, q store.Querier, marker uint
 	}
 	return out, nil
 }
+
+// Blockers names the sessions holding the horizon back at or before
+// marker, exactly as a blocked pass's blocked_by does (the same
+// statement): for the operator CLI, which shows the list the fill would.
+// Every writer of a sequence allocated before marker was assigned has an
+// xid older than it (§3.1), so these are also the only sessions that may
+// still hold such a sequence.
+func Blockers(ctx context.Context, q store.Querier, marker uint64) ([]Blocker, error) {
+	return newProofSQL().listBlockers(ctx, q, marker)
+}
+
+// nextXIDSQL is the first xid not yet assigned (a fresh snapshot's xmax).
+const nextXIDSQL = `SELECT pg_snapshot_xmax(pg_current_snapshot())`
+
+// NextXID is the first transaction id not yet assigned, read without
+// assigning one: as a marker for Blockers it names every session that
+// holds an xid or a snapshot now, so every writer of any sequence
+// allocated so far.
+func NextXID(ctx context.Context, q store.Querier) (uint64, error) {
+	var x uint64
+	if err := q.QueryRow(ctx, nextXIDSQL).Scan(&x); err != nil {
+		return 0, fmt.Errorf("read the next xid: %w", err)
+	}
+	return x, nil
+}

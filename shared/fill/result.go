@@ -59,6 +59,10 @@ type Result struct {
 	HandedOver bool `json:"handed_over"`
 	// Retries counts transient database errors the pass recovered from.
 	Retries int `json:"retries"`
+	// OperatorFilled counts placeholders operators wrote with
+	// `outboxkeeper skip-stall` since a pass last reported them (filled_by
+	// operator; the watermark passes them like the fill's own).
+	OperatorFilled int64 `json:"operator_filled"`
 	// FillMS is the time spent writing proven cycles: page reads and
 	// inserts after their proofs passed.
 	FillMS int64 `json:"fill_ms"`
@@ -123,6 +127,7 @@ func (r *Result) Metrics() []metrics.Metric {
 	}
 	return append(ms,
 		metrics.Metric{Name: "Filled", Unit: metrics.Count, Value: float64(r.Filled)},
+		metrics.Metric{Name: "OperatorFilled", Unit: metrics.Count, Value: float64(r.OperatorFilled)},
 		metrics.Metric{Name: "Cycles", Unit: metrics.Count, Value: float64(r.Cycles)},
 		metrics.Metric{Name: "StallAgeSeconds", Unit: metrics.Seconds, Value: r.StallAgeSeconds},
 		metrics.Metric{Name: "ProofBlockedSeconds", Unit: metrics.Seconds, Value: r.ProofBlockedSeconds},

@@ -191,3 +191,42 @@ func (s stateSQL) assignMarker(ctx context.Context, q store.Querier, owner strin
 	}
 	return m, nil
 }
+
+// Status is fill_state as an operator sees it (outboxkeeper status): the
+// state, whether a pass holds the lease now, when a pass last wrote the
+// row, and the allocation head, all read in one statement.
+type Status struct {
+	State
+	Head int64
+	// Now is the database clock when it was read.
+	Now time.Time
+	// LeaseHeld: a pass holds an unexpired lease, so one is running.
+	LeaseHeld      bool
+	LeaseExpiresAt *time.Time
+	// UpdatedAt is the last time a pass wrote the row (every lease
+	// renewal, at least every few seconds while one runs, and the end of
+	// every pass).
+	UpdatedAt time.Time
+}
+
+// readStatusSQL reads nothing a pass writes under a lock it waits on: a
+// plain read of the one row.
+func readStatusSQL(schema store.Schema) string {
+	return `SELECT ` + schema.Table("allocation_head") + `(), now(),
+			coalesce(lease_owner IS NOT NULL AND lease_expires_at > now(), false), lease_expires_at, updated_at, ` + stateColumns + `
+		FROM ` + schema.Table("fill_state") + ` WHERE singleton`
+}
+
+// ReadStatus reads the fill's state, the lease and the head.
+func ReadStatus(ctx context.Context, q store.Querier, schema store.Schema) (Status, error) {
+	var s Status
+	st, err := scanState(q.QueryRow(ctx, readStatusSQL(schema)), &s.Head, &s.Now, &s.LeaseHeld, &s.LeaseExpiresAt, &s.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Status{}, errors.New("fill: fill_state has no row: run the migrations")
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("read fill state: %w", err)
+	}
+	s.State = st
+	return s, nil
+}

@@ -2,7 +2,11 @@ package prune
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
@@ -38,4 +42,29 @@ func (s stateSQL) record(ctx context.Context, q store.Querier, res *Result) erro
 		return fmt.Errorf("prune: record pass in prune_state: %w", err)
 	}
 	return nil
+}
+
+// State is prune_state as an operator sees it (outboxkeeper status).
+type State struct {
+	Passes int64 `json:"passes"`
+	// LastPassAt is when the last pass ended, nil before the first.
+	LastPassAt             *time.Time `json:"last_pass_at"`
+	LastDeletedDeliveries  int64      `json:"last_deleted_deliveries"`
+	LastDeletedEvents      int64      `json:"last_deleted_events"`
+	DeletedDeliveriesTotal int64      `json:"deleted_deliveries_total"`
+	DeletedEventsTotal     int64      `json:"deleted_events_total"`
+}
+
+// ReadState reads the one row of prune_state (the zero State when an
+// operator deleted it: the next pass recreates it).
+func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
+	var s State
+	err := q.QueryRow(ctx, `SELECT passes, last_pass_at, last_deleted_deliveries, last_deleted_events,
+			deleted_deliveries_total, deleted_events_total
+		FROM `+schema.Table("prune_state")+` WHERE id`).Scan(
+		&s.Passes, &s.LastPassAt, &s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return State{}, fmt.Errorf("read prune_state: %w", err)
+	}
+	return s, nil
 }

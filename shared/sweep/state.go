@@ -2,7 +2,11 @@ package sweep
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
@@ -40,4 +44,29 @@ func (s stateSQL) record(ctx context.Context, q store.Querier, res *Result) erro
 		return fmt.Errorf("record pass in sweep_state: %w", err)
 	}
 	return nil
+}
+
+// State is sweep_state as an operator sees it (outboxkeeper status).
+type State struct {
+	Passes int64 `json:"passes"`
+	// LastPassAt is when the last pass ended, nil before the first.
+	LastPassAt       *time.Time `json:"last_pass_at"`
+	LastReset        int64      `json:"last_reset"`
+	LastDead         int64      `json:"last_dead"`
+	LastStuckPending int64      `json:"last_stuck_pending"`
+	ResetsTotal      int64      `json:"resets_total"`
+	DeadTotal        int64      `json:"dead_total"`
+}
+
+// ReadState reads the one row of sweep_state (the zero State when an
+// operator deleted it: the next pass recreates it).
+func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
+	var s State
+	err := q.QueryRow(ctx, `SELECT passes, last_pass_at, last_reset, last_dead, last_stuck_pending, resets_total, dead_total
+		FROM `+schema.Table("sweep_state")+` WHERE id`).Scan(
+		&s.Passes, &s.LastPassAt, &s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return State{}, fmt.Errorf("read sweep_state: %w", err)
+	}
+	return s, nil
 }

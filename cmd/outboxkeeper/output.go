@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+)
+
+// dbFlags are the flags of every command that reads the database: the
+// schema, JSON for scripts, and how long any one statement may take.
+type dbFlags struct {
+	schemaFlags
+	json    bool
+	timeout time.Duration
+}
+
+// defaultTimeout bounds the statements of one command: one that waits on
+// a lock another session holds is cancelled by the server when it runs
+// out, so a command never hangs on a busy database.
+const defaultTimeout = 30 * time.Second
+
+func addDBFlags(fs *flag.FlagSet, f *dbFlags) {
+	addSchema(fs, &f.schemaFlags)
+	fs.BoolVar(&f.json, "json", false, "print JSON for scripts instead of tables")
+	fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "how long the command's statements may take in all (the server cancels one still running then)")
+}
+
+// bounded is the login's pool with every statement behind a
+// transaction-local statement_timeout of what is left of f.timeout from
+// now (store.Bounded, as the functions run theirs).
+func (l *login) bounded(f *dbFlags) *store.Bounded {
+	return &store.Bounded{DB: l.pool, Deadline: time.Now().Add(f.timeout)}
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table writes rows under a header, aligned.
+func table(w io.Writer, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// age is a duration for people: 850ms, 42.1s, 4m12s, 3h05m, 2d04h.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + age(-d)
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// seconds is age for a figure in seconds, "-" for none.
+func seconds(s *float64) string {
+	if s == nil {
+		return "-"
+	}
+	return age(time.Duration(*s * float64(time.Second)))
+}
+
+// stamp is a time in UTC, to the second, "-" for none.
+func stamp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.DateTime + "Z")
+}
+
+// orDash is s, or "-" when empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// noArgs refuses positional arguments.
+func noArgs(args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	return nil
+}

@@ -1,0 +1,463 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/fill"
+	"github.com/outboxkeeper/outboxkeeper/shared/prune"
+	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
+)
+
+type outboxStatusFlags struct {
+	dbFlags
+	queueFlags
+	thresholds
+}
+
+// thresholds are the rule by which status says a person is needed.
+type thresholds struct {
+	silentAfter      time.Duration
+	pruneSilentAfter time.Duration
+	stalledAfter     time.Duration
+	openAfter        time.Duration
+	stuckAfter       time.Duration
+}
+
+var statusCommand = &command{
+	name:    "status",
+	summary: "the fill's watermark and stall, who blocks it, deliveries, the last passes",
+	help: `What a person on call needs first, read from the database the functions use:
+
+  FILL        the watermark (every sequence up to it is present), the allocation
+              head, the lag between them; the current stall and its cycle: since
+              when, its marker and what the fill waits for (grace, proof)
+  BLOCKED BY  when a proof is waiting: the sessions holding the xmin horizon back
+              past the cycle's marker (the fill's own blocked_by: pid, database,
+              user, state, transaction age, application, the start of the query)
+  DELIVERIES  open (pending, delivered), stuck (delivered longer than
+              --stuck-after), dead, and the oldest open one's age
+  PASSES      the last pass of fill, sweep and prune, from their state tables
+  SKIPS       the last stalls skipped by an operator (skip-stall)
+  QUEUES      the rollback report queue and its DLQ, when their URLs are known
+
+Exit status 3, with the reasons under NEEDS ATTENTION, when any of these holds:
+  fill-silent    no fill pass has written its state for --silent-after (5m):
+                 its schedule is disabled, its role or trigger broken, or it fails
+  sweep-silent   no sweep pass for --silent-after, or none ever
+  prune-silent   the last prune pass is older than --prune-silent-after (2h)
+  proof-blocked  the current proof has waited longer than --stalled-after (5m)
+  stalled        the watermark has stalled longer than --stalled-after
+  dead           a delivery is dead
+  relay          the oldest open delivery is older than --open-after (15m)
+  dlq            the report DLQ holds messages (when its URL is known)
+0 when none does, 1 on an error, 2 for a bad command line: fit for a health check.
+The thresholds' defaults are the template's alarms'.
+
+` + queueHelp,
+	flags: func(fs *flag.FlagSet) any {
+		f := &outboxStatusFlags{}
+		addDBFlags(fs, &f.dbFlags)
+		addQueueFlags(fs, &f.queueFlags)
+		fs.DurationVar(&f.silentAfter, "silent-after", 5*time.Minute, "fill or sweep silent this long needs a person")
+		fs.DurationVar(&f.pruneSilentAfter, "prune-silent-after", 2*time.Hour, "prune silent this long needs a person")
+		fs.DurationVar(&f.stalledAfter, "stalled-after", 5*time.Minute, "a stall or a blocked proof this long needs a person")
+		fs.DurationVar(&f.openAfter, "open-after", 15*time.Minute, "an open delivery this old needs a person (the relay is down)")
+		fs.DurationVar(&f.stuckAfter, "stuck-after", time.Minute, "a delivery delivered this long without an ack is stuck (SWEEP_STUCK_AFTER)")
+		return f
+	},
+	run: runStatus,
+}
+
+// statusReport is what status prints, as a table or as JSON.
+type statusReport struct {
+	Schema     string               `json:"schema"`
+	Database   string               `json:"database"`
+	At         time.Time            `json:"at"`
+	Fill       fillReport           `json:"fill"`
+	BlockedBy  []fill.Blocker       `json:"blocked_by"`
+	Deliveries store.DeliveryCounts `json:"deliveries"`
+	Sweep      sweep.State          `json:"sweep"`
+	Prune      prune.State          `json:"prune"`
+	Skips      []store.Skip         `json:"skips"`
+	Queue      *queueDepth          `json:"queue,omitempty"`
+	DLQ        *queueDepth          `json:"dlq,omitempty"`
+	Attention  []finding            `json:"attention"`
+}
+
+// fillReport is the fill's side of the status.
+type fillReport struct {
+	Started   bool   `json:"started"`
+	Watermark int64  `json:"watermark"`
+	Head      int64  `json:"head"`
+	Lag       int64  `json:"lag"`
+	StalledAt *int64 `json:"stalled_at"`
+	// Waiting is what the fill waits for: "" (caught up), "grace",
+	// "proof", "fill" (a proven cycle being written), "look" (behind the
+	// head with no cycle yet: the next tick looks), "start" (never ran).
+	Waiting        string          `json:"waiting"`
+	Cycle          *fill.CycleView `json:"cycle"`
+	StallAgeS      *float64        `json:"stall_age_s"`
+	ProofBlockedS  *float64        `json:"proof_blocked_s"`
+	PassRunning    bool            `json:"pass_running"`
+	LastWriteAgoS  float64         `json:"last_write_ago_s"`
+	LastWriteAt    time.Time       `json:"last_write_at"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+}
+
+// finding is one reason a person is needed.
+type finding struct {
+	Name string `json:"name"`
+	What string `json:"what"`
+	Next string `json:"next"`
+}
+
+func runStatus(ctx context.Context, e *env, opts any, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	f := opts.(*outboxStatusFlags)
+	l, err := connect(ctx, e, f.schema)
+	if err != nil {
+		return err
+	}
+	defer l.pool.Close()
+	q := l.bounded(&f.dbFlags)
+	schema := store.MustSchema(l.schema)
+
+	r := &statusReport{Schema: l.schema, Database: l.target, BlockedBy: []fill.Blocker{}}
+	fs, err := fill.ReadStatus(ctx, q, schema)
+	if err != nil {
+		return err
+	}
+	r.At = fs.Now
+	r.Fill = describeFill(fs)
+	if m := fs.Cycle; m != nil && m.Marker != nil && r.Fill.Waiting == fill.WaitingProof {
+		if r.BlockedBy, err = fill.Blockers(ctx, q, *m.Marker); err != nil {
+			return err
+		}
+	}
+	if r.Deliveries, err = store.NewDeliveryAdmin(schema).Counts(ctx, q, f.stuckAfter); err != nil {
+		return err
+	}
+	if r.Sweep, err = sweep.ReadState(ctx, q, schema); err != nil {
+		return err
+	}
+	if r.Prune, err = prune.ReadState(ctx, q, schema); err != nil {
+		return err
+	}
+	if r.Skips, err = store.NewSkips(schema).Recent(ctx, q, 3); err != nil {
+		return err
+	}
+	if queue, dlq := f.urls(e); queue != "" || dlq != "" {
+		c, err := newSQS(ctx)
+		if err != nil {
+			return err
+		}
+		for _, qd := range []struct {
+			url  string
+			into **queueDepth
+		}{{queue, &r.Queue}, {dlq, &r.DLQ}} {
+			if qd.url == "" {
+				continue
+			}
+			d, err := depth(ctx, c, qd.url)
+			if err != nil {
+				return err
+			}
+			*qd.into = &d
+		}
+	}
+	r.Attention = assess(r, f.thresholds)
+
+	if f.json {
+		err = printJSON(e.stdout, r)
+	} else {
+		err = printStatusReport(e.stdout, r, f.thresholds)
+	}
+	if err != nil {
+		return err
+	}
+	if len(r.Attention) > 0 {
+		return errAttention
+	}
+	return nil
+}
+
+// describeFill turns fill_state into what the fill is doing.
+func describeFill(s fill.Status) fillReport {
+	r := fillReport{
+		Started: s.Started, Watermark: s.Watermark, Head: s.Head,
+		PassRunning: s.LeaseHeld, LeaseExpiresAt: s.LeaseExpiresAt,
+		LastWriteAt: s.UpdatedAt, LastWriteAgoS: max(s.Now.Sub(s.UpdatedAt), 0).Seconds(),
+	}
+	if !s.Started {
+		r.Waiting = "start"
+		return r
+	}
+	if s.Head > s.Watermark {
+		r.Lag = s.Head - s.Watermark
+		next := s.Watermark + 1
+		r.StalledAt = &next
+	}
+	if c := s.Cycle; c != nil {
+		r.Cycle = &fill.CycleView{From: c.From, FirstSeenAt: c.FirstSeenAt, Historical: c.Historical, Marker: c.Marker}
+		if c.Marker != nil {
+			h := c.MarkerHead
+			r.Cycle.MarkerHead = &h
+		}
+		a := max(s.Now.Sub(c.FirstSeenAt), 0).Seconds()
+		r.StallAgeS = &a
+	}
+	if s.ProofBlockedSince != nil {
+		b := max(s.Now.Sub(*s.ProofBlockedSince), 0).Seconds()
+		r.ProofBlockedS = &b
+	}
+	switch c := s.Cycle; {
+	case r.Lag == 0:
+		r.Waiting = ""
+	case c == nil:
+		r.Waiting = "look"
+	case c.Marker == nil:
+		r.Waiting = fill.WaitingGrace
+	case s.ProofBlockedSince != nil:
+		r.Waiting = fill.WaitingProof
+	default:
+		r.Waiting = "fill"
+	}
+	return r
+}
+
+// assess is the documented rule: every reason a person is needed.
+func assess(r *statusReport, th thresholds) []finding {
+	out := []finding{}
+	add := func(name, what, next string) { out = append(out, finding{name, what, next}) }
+	fr := r.Fill
+	if silent := time.Duration(fr.LastWriteAgoS * float64(time.Second)); silent > th.silentAfter {
+		add("fill-silent", fmt.Sprintf("no fill pass has written its state for %s (last at %s)", age(silent), stamp(&fr.LastWriteAt)),
+			"check the fill's schedule (ScheduleState), its Errors and its log group")
+	}
+	switch {
+	case r.Sweep.LastPassAt == nil:
+		add("sweep-silent", "the sweep has never recorded a pass", "check the sweep's schedule (ScheduleState), its Errors and its log group")
+	case r.At.Sub(*r.Sweep.LastPassAt) > th.silentAfter:
+		add("sweep-silent", fmt.Sprintf("no sweep pass for %s (last at %s)", age(r.At.Sub(*r.Sweep.LastPassAt)), stamp(r.Sweep.LastPassAt)),
+			"check the sweep's schedule (ScheduleState), its Errors and its log group")
+	}
+	if p := r.Prune.LastPassAt; p != nil && r.At.Sub(*p) > th.pruneSilentAfter {
+		add("prune-silent", fmt.Sprintf("no prune pass for %s (last at %s)", age(r.At.Sub(*p)), stamp(p)),
+			"check the prune's schedule and its log group")
+	}
+	blocked := fr.ProofBlockedS != nil && *fr.ProofBlockedS > th.stalledAfter.Seconds()
+	switch {
+	case fr.Waiting == fill.WaitingProof && blocked:
+		add("proof-blocked", fmt.Sprintf("the proof of the stall at %d has waited %s on %s", deref(fr.StalledAt), seconds(fr.ProofBlockedS), sessions(len(r.BlockedBy))),
+			"end or fix the sessions under BLOCKED BY; as a last resort, 'outboxkeeper skip-stall'")
+	case fr.StallAgeS != nil && *fr.StallAgeS > th.stalledAfter.Seconds():
+		add("stalled", fmt.Sprintf("the watermark has stalled at %d for %s (waiting: %s)", fr.Watermark, seconds(fr.StallAgeS), orDash(fr.Waiting)),
+			"read the fill's log line (waiting, timed_out) and its Errors")
+	}
+	if n := r.Deliveries.Dead; n > 0 {
+		add("dead", fmt.Sprintf("%d dead %s", n, plural(n, "delivery", "deliveries")),
+			"fix the recipient, then 'outboxkeeper dead list' and 'outboxkeeper dead retry'")
+	}
+	if o := r.Deliveries.OldestOpenSeconds; o != nil && *o > th.openAfter.Seconds() {
+		add("relay", fmt.Sprintf("the oldest open delivery is %s old", seconds(o)),
+			"the relay is down or behind: check it; the sweep only resets what it pushed")
+	}
+	if d := r.DLQ; d != nil && d.Visible+d.InFlight > 0 {
+		add("dlq", fmt.Sprintf("the report DLQ holds %d %s", d.Visible+d.InFlight, plural(int64(d.Visible+d.InFlight), "message", "messages")),
+			"'outboxkeeper dlq list', then 'outboxkeeper dlq redrive'")
+	}
+	return out
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func sessions(n int) string {
+	if n == 0 {
+		return "no session now (the fill's next tick should pass it)"
+	}
+	return fmt.Sprintf("%d %s", n, plural(int64(n), "session", "sessions"))
+}
+
+func printStatusReport(w io.Writer, r *statusReport, th thresholds) error {
+	fr := r.Fill
+	fmt.Fprintf(w, "outbox %s on %s, at %s\n\n", r.Schema, r.Database, stamp(&r.At))
+
+	fmt.Fprintln(w, "FILL")
+	fmt.Fprintf(w, "  watermark %d   head %d   lag %d\n", fr.Watermark, fr.Head, fr.Lag)
+	switch fr.Waiting {
+	case "start":
+		fmt.Fprintln(w, "  not started: no fill pass has anchored the watermark yet")
+	case "":
+		fmt.Fprintln(w, "  caught up")
+	case "look":
+		fmt.Fprintln(w, "  behind the head, no stall recorded: catching up (a running pass saves its watermark every few seconds)")
+	default:
+		fmt.Fprintf(w, "  stalled at %d for %s, waiting for %s\n", deref(fr.StalledAt), seconds(fr.StallAgeS), describeWaiting(fr))
+	}
+	if c := fr.Cycle; c != nil {
+		marker := "no marker yet (in its grace)"
+		if c.Marker != nil {
+			marker = fmt.Sprintf("marker xid %d proves sequences up to %d", *c.Marker, deref(c.MarkerHead))
+		}
+		kind := ""
+		if c.Historical {
+			kind = " (gaps there before the first pass)"
+		}
+		fmt.Fprintf(w, "  cycle from %d%s since %s: %s\n", c.From, kind, stamp(&c.FirstSeenAt), marker)
+	}
+	running := "no pass holds the lease"
+	if fr.PassRunning {
+		running = "a pass holds the lease until " + stamp(fr.LeaseExpiresAt)
+	}
+	fmt.Fprintf(w, "  last written %s ago; %s\n", age(time.Duration(fr.LastWriteAgoS*float64(time.Second))), running)
+
+	if len(r.BlockedBy) > 0 || fr.Waiting == fill.WaitingProof {
+		fmt.Fprintln(w, "\nBLOCKED BY (sessions holding the xmin horizon at or before the marker)")
+		if err := blockerTable(w, r.BlockedBy); err != nil {
+			return err
+		}
+	}
+
+	d := r.Deliveries
+	fmt.Fprintln(w, "\nDELIVERIES")
+	fmt.Fprintf(w, "  open %d (pending %d, delivered %d)   stuck %d (delivered > %s)   dead %d   oldest open %s\n",
+		d.Open(), d.Pending, d.Delivered, d.Stuck, age(th.stuckAfter), d.Dead, seconds(d.OldestOpenSeconds))
+
+	fmt.Fprintln(w, "\nPASSES")
+	rows := [][]string{
+		{"fill", stamp(&fr.LastWriteAt), age(time.Duration(fr.LastWriteAgoS * float64(time.Second))), fillOutcome(fr)},
+		sweepRow(r.At, r.Sweep),
+		pruneRow(r.At, r.Prune),
+	}
+	if err := indent(w, []string{"FUNCTION", "LAST", "AGO", "OUTCOME"}, rows); err != nil {
+		return err
+	}
+
+	if len(r.Skips) > 0 {
+		fmt.Fprintln(w, "\nSKIPS (the last stalls an operator skipped)")
+		var sk [][]string
+		for _, s := range r.Skips {
+			sk = append(sk, []string{strconv.FormatInt(s.ID, 10), stamp(&s.SkippedAt), s.Operator + " as " + s.DBUser,
+				fmt.Sprintf("(%d, %d]", s.FromWatermark, s.ToSequence), strconv.FormatInt(s.Written, 10), s.Reason})
+		}
+		if err := indent(w, []string{"ID", "AT", "WHO", "RANGE", "WRITTEN", "REASON"}, sk); err != nil {
+			return err
+		}
+	}
+
+	if r.Queue != nil || r.DLQ != nil {
+		fmt.Fprintln(w, "\nQUEUES")
+		for _, q := range []struct {
+			name string
+			d    *queueDepth
+		}{{"reports", r.Queue}, {"DLQ", r.DLQ}} {
+			if q.d != nil {
+				fmt.Fprintf(w, "  %-8s %d visible, %d in flight   %s\n", q.name, q.d.Visible, q.d.InFlight, q.d.URL)
+			}
+		}
+	}
+
+	if len(r.Attention) == 0 {
+		_, err := fmt.Fprintln(w, "\nOK: nothing needs a person")
+		return err
+	}
+	fmt.Fprintln(w, "\nNEEDS ATTENTION")
+	for _, a := range r.Attention {
+		fmt.Fprintf(w, "  %-14s %s\n  %-14s -> %s\n", a.Name, a.What, "", a.Next)
+	}
+	return nil
+}
+
+func describeWaiting(fr fillReport) string {
+	switch fr.Waiting {
+	case fill.WaitingGrace:
+		return "its grace (a writer committing late costs no write)"
+	case fill.WaitingProof:
+		return fmt.Sprintf("its proof, blocked for %s by an older transaction", seconds(fr.ProofBlockedS))
+	case "fill":
+		return "its placeholders to be written (proof passed)"
+	}
+	return fr.Waiting
+}
+
+func fillOutcome(fr fillReport) string {
+	switch fr.Waiting {
+	case "start":
+		return "never anchored"
+	case "":
+		return fmt.Sprintf("caught up at %d", fr.Watermark)
+	case "look":
+		return fmt.Sprintf("at %d, %d behind", fr.Watermark, fr.Lag)
+	}
+	return fmt.Sprintf("stalled at %d: %s", deref(fr.StalledAt), fr.Waiting)
+}
+
+func sweepRow(now time.Time, s sweep.State) []string {
+	if s.LastPassAt == nil {
+		return []string{"sweep", "-", "-", "never ran"}
+	}
+	return []string{"sweep", stamp(s.LastPassAt), age(now.Sub(*s.LastPassAt)),
+		fmt.Sprintf("reset %d, dead %d, stuck pending %d (pass %d; %d resets, %d dead in all)",
+			s.LastReset, s.LastDead, s.LastStuckPending, s.Passes, s.ResetsTotal, s.DeadTotal)}
+}
+
+func pruneRow(now time.Time, s prune.State) []string {
+	if s.LastPassAt == nil {
+		return []string{"prune", "-", "-", "never ran"}
+	}
+	return []string{"prune", stamp(s.LastPassAt), age(now.Sub(*s.LastPassAt)),
+		fmt.Sprintf("deleted %d deliveries, %d events (pass %d)", s.LastDeletedDeliveries, s.LastDeletedEvents, s.Passes)}
+}
+
+// blockerTable is the fill's blocked_by as a table.
+func blockerTable(w io.Writer, bs []fill.Blocker) error {
+	if len(bs) == 0 {
+		_, err := fmt.Fprintln(w, "  none now: the sessions ended; the fill's next tick passes the proof")
+		return err
+	}
+	var rows [][]string
+	for _, b := range bs {
+		xact := seconds(b.XactAgeSeconds)
+		rows = append(rows, []string{strconv.Itoa(int(b.PID)), orDash(b.Database), orDash(b.User), orDash(b.State), xact,
+			strconv.FormatInt(b.XIDAge, 10), orDash(b.ApplicationName), orDash(oneLine(b.Query))})
+	}
+	return indent(w, []string{"PID", "DATABASE", "USER", "STATE", "AGE", "XID AGE", "APPLICATION", "QUERY START"}, rows)
+}
+
+// oneLine keeps a query on its table row.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// indent is table with a two-space margin.
+func indent(w io.Writer, header []string, rows [][]string) error {
+	var b strings.Builder
+	if err := table(&b, header, rows); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+		if _, err := fmt.Fprintln(w, "  "+strings.TrimRight(line, " ")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
