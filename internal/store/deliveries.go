@@ -193,9 +193,18 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 		//    delivered_at in the comparison the update is exactly-once even
 		//    without the lock; the lock makes it cheap (no waiting, no
 		//    re-checks), and each guard covers the other.
-		//    `id = ANY (ARRAY(...))` makes the update find its rows through
-		//    the primary key; a plain join to `stuck` lets the planner hash
-		//    the whole table, acked history and all, once per batch.
+		//    `ctid = ANY (ARRAY(...))` makes the update find the very
+		//    versions `stuck` locked, by a TID scan: nobody can move a row
+		//    we hold locked until we commit. A row another session updated
+		//    after our snapshot but before our lock is locked in its new
+		//    version, which the update's snapshot cannot see: it is left
+		//    alone (not counted) and the next batch takes it; the ctid never
+		//    finds a wrong row, and the id, state and delivered_at guards
+		//    stay. A plain join to `stuck` lets the planner hash the whole
+		//    table, acked history and all, once per batch, and
+		//    `id = ANY(1000 ids)` descended the primary key once per row: a
+		//    pass ran at 0.58 x a bare UPDATE of the same rows
+		//    (BENCHMARKS.md, row 3).
 		//    A row going back to pending loses its delivered_at: no push is
 		//    in flight, and the relay stamps a fresh one when it marks it
 		//    delivered again. A dead row keeps it, as the time of its last
@@ -216,7 +225,7 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 		//    never waits on a delivery (SKIP LOCKED), so they cannot deadlock.
 		reset: SweepResetTag + `
 			WITH stuck AS MATERIALIZED (
-				SELECT id, delivered_at, ($3::int > 0 AND redeliveries >= $3::int) AS dies
+				SELECT ctid, id, delivered_at, ($3::int > 0 AND redeliveries >= $3::int) AS dies
 				FROM ` + t + `
 				WHERE state = 'delivered' AND delivered_at < ` + cutoff + `
 				ORDER BY delivered_at, id
@@ -229,7 +238,7 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 					dead_at      = CASE WHEN stuck.dies THEN now() ELSE d.dead_at END,
 					delivered_at = CASE WHEN stuck.dies THEN d.delivered_at ELSE NULL END
 				FROM stuck
-				WHERE d.id = ANY (ARRAY(SELECT id FROM stuck))
+				WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM stuck))
 				  AND d.id = stuck.id AND d.state = 'delivered' AND d.delivered_at = stuck.delivered_at
 				RETURNING d.state
 			), counted AS (
