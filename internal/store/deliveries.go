@@ -356,9 +356,14 @@ func NewDeliveryPrune(schema Schema) *DeliveryPrune {
 		//    (BENCHMARKS.md, row 6). Without the lock an overlapping pass
 		//    waits for the other's one batch, then finds its rows gone and
 		//    counts nothing; each row is still deleted and counted once.
-		//  - done: nothing lies after the range, or it kept a row created
-		//    too recently to be past either retention (asked only when it
-		//    kept any: a row is acked or dead after it was created).
+		//  - done: nothing lies after the range (the table's highest id,
+		//    one probe of the primary key's far end; asked as NOT EXISTS
+		//    of a row past the range, the planner scanned the table from
+		//    its start, through every row the pass had deleted and vacuum
+		//    not yet removed, so a batch cost more the further it got), or
+		//    it kept a row created too recently to be past either
+		//    retention (asked only when it kept any: a row is acked or
+		//    dead after it was created).
 		//    created_at grows with the id (up to the length of a
 		//    transaction), so the pass stops there rather than read the
 		//    whole young tail of the table; a later pass moves on.
@@ -382,7 +387,7 @@ func NewDeliveryPrune(schema Schema) *DeliveryPrune {
 				coalesce(r.first + $2 - 1, $1),
 				CASE
 					WHEN r.first IS NULL THEN true
-					WHEN NOT EXISTS (SELECT 1 FROM ` + t + ` AS n WHERE n.id >= r.first + $2) THEN true
+					WHEN (SELECT max(n.id) FROM ` + t + ` AS n) < r.first + $2 THEN true
 					WHEN counted.acked + counted.dead = $2 THEN false
 					ELSE EXISTS (SELECT 1 FROM ` + t + ` AS y
 						WHERE y.id >= r.first AND y.id < r.first + $2
