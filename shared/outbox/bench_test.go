@@ -269,7 +269,10 @@ func (s *publishSide) arms(b *testing.B, perRound int) []benchkit.Arm {
 // insert for each, and the notification's cost. Target: ≤ 1.2 x the bare
 // insert with fsync on.
 func BenchmarkPublish(b *testing.B) {
-	perRound := benchkit.Size(400, 40)
+	// 2000 transactions an arm and round: with 400 (a tenth of a second
+	// with fsync on) one slow flush of the shared disk moved a median by a
+	// third, from one run to the next.
+	perRound := benchkit.Size(2000, 40)
 	durable := testcluster.Start(b, testcluster.Options{Durable: true, MaxConnections: 50})
 	durableURL := durable.URL("postgres", durable.Password, "postgres", "sslmode=disable")
 	for setting, want := range map[string]string{"fsync": "on", "synchronous_commit": "on"} {
