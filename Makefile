@@ -56,8 +56,8 @@ migrate:
 	fi
 
 # The README's test command: starts what it needs, then runs every layer.
-.PHONY: test test-go test-pgbouncer test-template test-fuzz vet
-test: stack-up examples vet test-go test-pgbouncer test-fuzz test-template
+.PHONY: test test-go test-pgbouncer test-bench test-template test-fuzz vet
+test: stack-up examples vet test-go test-pgbouncer test-bench test-fuzz test-template
 
 # The Python and Node.js examples' own dependencies, at the versions their
 # requirements.txt and package-lock.json pin, installed inside the project
@@ -107,6 +107,15 @@ test-fuzz:
 test-template:
 	bash infra/deploy/check.sh
 
+# Every benchmark once, at its small size (-short), so none can rot; no
+# timing is asserted (make bench judges the figures).
+test-bench:
+	$(WITH_STACK) $(GO) test -short -run '^$$' -bench . -benchtime 1x -count 1 -p 1 -timeout 10m ./...
+
+# Every benchmark at full size, then the demo without its held transaction;
+# writes BENCHMARKS.md (infra/cmd/bench). BENCHTIME repetitions of each
+# comparison.
+BENCHTIME ?= 5x
 .PHONY: bench
 bench: stack-up
-	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchtime 3x ./...
+	$(WITH_STACK) $(GO) run ./infra/cmd/bench -benchtime $(BENCHTIME)

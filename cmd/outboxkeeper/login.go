@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
@@ -45,6 +48,8 @@ func lookup(e *env, name string) string {
 	return v
 }
 
+func loadAWS(ctx context.Context) (aws.Config, error) { return awsconfig.LoadDefaultConfig(ctx) }
+
 // connect logs in from the environment, exactly as a function's init
 // does (internal/pg: the URL, the secret with its re-read on rotation,
 // IAM tokens, the CA bundle). Nothing is dialled until the first
@@ -58,7 +63,9 @@ func connect(ctx context.Context, e *env, schemaFlag string) (*login, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pg.NewPool(ctx, db, pg.Options{ApplicationName: "outboxkeeper-cli"})
+	// The SDK's full default chain (profiles, SSO, ...): the CLI runs on a
+	// laptop or a CI runner, not on Lambda.
+	pool, err := pg.NewPool(ctx, db, pg.Options{ApplicationName: "outboxkeeper-cli", LoadAWS: loadAWS})
 	if err != nil {
 		return nil, err
 	}

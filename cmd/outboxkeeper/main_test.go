@@ -103,7 +103,7 @@ func TestMigrateUpAndStatus(t *testing.T) {
 	if want := fmt.Sprintf("applied %d, already applied 0", len(all)); !strings.Contains(out, want) {
 		t.Errorf("up does not say %q:\n%s", want, out)
 	}
-	if want := fmt.Sprintf("now at version %d (%s)", len(all), latest.Name); !strings.Contains(out, want) {
+	if want := fmt.Sprintf("now at version %d (%s)", latest.Version(), latest.Name); !strings.Contains(out, want) {
 		t.Errorf("up does not say %q:\n%s", want, out)
 	}
 

@@ -7,9 +7,9 @@ import (
 	"context"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
@@ -18,10 +18,10 @@ import (
 func main() {
 	init := boot.Start("compensate")
 	cfg := boot.Config[compensate.Config](init)
-	// Loaded once for SQS and, in secret or IAM mode, the pool.
-	// LoadDefaultConfig honours AWS_ENDPOINT_URL_SQS, which is how the local
-	// stack points the client at its emulator.
-	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	// Loaded once for SQS and, in secret or IAM mode, the pool, from
+	// Lambda's variables (awsenv), which include AWS_ENDPOINT_URL_SQS: how
+	// the local stack points the client at its emulator.
+	awsCfg, err := awsenv.Load(context.Background())
 	init.Must(err, "load AWS configuration")
 	pool := init.Database(pg.Options{AWS: &awsCfg})
 	svc, err := compensate.New(pool, cfg, compensate.Options{

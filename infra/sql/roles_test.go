@@ -294,6 +294,77 @@ func TestRegrantRolesRenewsEveryRecordedRole(t *testing.T) {
 	}
 }
 
+// publish and publish_batch run as the schema's owner (SECURITY DEFINER)
+// with no search_path of their own (0013): a writer that plants a
+// function, an operator or a type under every name their bodies and the
+// notification trigger use, and puts its schema first on the path, gets
+// none of them run as the owner. Each planted object raises, so one that
+// ran fails the publish; the events are written with the writer's xid.
+func TestPublishIgnoresTheCallersSearchPath(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	writer := db.Writer(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` TO `+pgx.Identifier{writer.Name}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT outbox.set_publish_notifications(true)`); err != nil {
+		t.Fatal(err)
+	}
+	conn := writer.Connect(t)
+	for _, sql := range []string{
+		`CREATE SCHEMA planted`,
+		`CREATE FUNCTION planted.ran(what text) RETURNS text LANGUAGE plpgsql AS $$
+			BEGIN RAISE EXCEPTION 'planted % ran', what; END $$`,
+		`CREATE FUNCTION planted.pg_current_xact_id() RETURNS pg_catalog.xid8 LANGUAGE sql
+			AS $$ SELECT planted.ran('pg_current_xact_id')::pg_catalog.xid8 $$`,
+		`CREATE FUNCTION planted.nextval(pg_catalog.regclass) RETURNS bigint LANGUAGE sql
+			AS $$ SELECT planted.ran('nextval')::bigint $$`,
+		`CREATE FUNCTION planted.pg_notify(pg_catalog.text, pg_catalog.text) RETURNS void LANGUAGE sql
+			AS $$ SELECT planted.ran('pg_notify')::pg_catalog.text; $$`,
+		`CREATE FUNCTION planted.current_setting(pg_catalog.text, boolean) RETURNS pg_catalog.text LANGUAGE sql
+			AS $$ SELECT planted.ran('current_setting') $$`,
+		`CREATE FUNCTION planted.set_config(pg_catalog.text, pg_catalog.text, boolean) RETURNS pg_catalog.text LANGUAGE sql
+			AS $$ SELECT planted.ran('set_config') $$`,
+		`CREATE FUNCTION planted.cat(pg_catalog.text, pg_catalog.text) RETURNS pg_catalog.text LANGUAGE sql
+			AS $$ SELECT planted.ran('||') $$`,
+		`CREATE FUNCTION planted.cat(pg_catalog.text, bigint) RETURNS pg_catalog.text LANGUAGE sql
+			AS $$ SELECT planted.ran('||') $$`,
+		`CREATE OPERATOR planted.|| (LEFTARG = pg_catalog.text, RIGHTARG = pg_catalog.text, FUNCTION = planted.cat)`,
+		`CREATE OPERATOR planted.|| (LEFTARG = pg_catalog.text, RIGHTARG = bigint, FUNCTION = planted.cat)`,
+		`CREATE DOMAIN planted.jsonb AS pg_catalog.jsonb CHECK (planted.ran('jsonb') IS NULL)`,
+		`CREATE DOMAIN planted.xid8 AS pg_catalog.xid8 CHECK (planted.ran('xid8') IS NULL)`,
+		`CREATE DOMAIN planted.text AS pg_catalog.text CHECK (planted.ran('text') IS NULL)`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("plant: %s: %v", sql, err)
+		}
+	}
+	for name, sql := range map[string]string{
+		"publish":       `SELECT outbox.publish('t', '{"a":1}')`,
+		"publish_batch": `SELECT pg_catalog.max(s) FROM outbox.publish_batch('t', ARRAY['{"b":2}'::pg_catalog.jsonb, '{"c":3}']) s`,
+	} {
+		var seq int64
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			// Planted first, pg_catalog after it: what the caller of a
+			// SECURITY DEFINER function can do to one that names things
+			// unqualified.
+			if _, err := tx.Exec(ctx, `SET LOCAL search_path = planted, pg_catalog`); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, sql).Scan(&seq)
+		})
+		if err != nil {
+			t.Errorf("%s with the planted search_path: %v", name, err)
+			continue
+		}
+		var xid *string
+		if err := db.Pool.QueryRow(ctx, `SELECT xid::text FROM outbox.events WHERE sequence = $1`, seq).Scan(&xid); err != nil || xid == nil {
+			t.Errorf("%s: event %d has xid %v (%v), want the writer's", name, seq, xid, err)
+		}
+	}
+}
+
 // everyPassDoesItsWork runs fill, compensate, sweep and prune on pool,
 // each on work set up for it with the owner's db.Pool, and checks each did
 // it: the maintainer role's test, and the planted-operator test's.

@@ -101,6 +101,32 @@ func TestPlantedOperatorsDoNotRunInThePublishNotification(t *testing.T) {
 	}
 }
 
+// Every function a writer or a reader calls runs with the planted
+// operators in public, on the writer's default path: publish and
+// publish_batch have no SET clause (0013) and resolve nothing through the
+// path, read_events sets only its plan cache mode and uses exact-typed
+// operators, commit_position and allocation_head pin the path.
+func TestPlantedOperatorsDoNotRunInTheCallersFunctions(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	writer := db.Writer(t)
+	ctx := context.Background()
+	plantHijacks(t, db)
+	for _, c := range []struct{ name, sql string }{
+		{"publish", `SELECT outbox.publish('t', '{"a":1}')`},
+		{"publish with headers", `SELECT outbox.publish('t', '{"a":1}', '{"h":1}')`},
+		{"publish_batch", `SELECT max(s) FROM outbox.publish_batch('t', ARRAY['{"b":2}'::jsonb, '{"c":3}'], '{"h":2}') s`},
+		{"read_events", `SELECT count(*) FROM outbox.read_events(0, 100)`},
+		{"commit_position", `SELECT outbox.commit_position('reader', 1)`},
+		{"allocation_head", `SELECT outbox.allocation_head()`},
+	} {
+		var got int64
+		if err := writer.Pool.QueryRow(ctx, c.sql).Scan(&got); err != nil {
+			t.Errorf("%s with operators planted in public: %v", c.name, err)
+		}
+	}
+}
+
 // The migrator pins the path for its transaction: its own bookkeeping
 // compares oid = regclass.
 func TestPlantedOperatorsDoNotRunInTheMigrator(t *testing.T) {

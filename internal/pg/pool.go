@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
@@ -30,9 +30,15 @@ type Options struct {
 	// sessions from the writers it waits for).
 	ApplicationName string
 	// AWS is the SDK configuration for Secrets Manager and RDS IAM tokens.
-	// Nil: loaded from the environment (the Lambda role) when needed, and
-	// only then, so the plain-URL path never touches AWS.
+	// Nil: loaded with LoadAWS when needed, and only then, so the
+	// plain-URL path never touches AWS.
 	AWS *aws.Config
+	// LoadAWS loads the SDK configuration when AWS is nil. Default
+	// awsenv.Load, the Lambda environment's variables (the execution
+	// role's credentials, the region, endpoint overrides), which is all a
+	// function has; a program run elsewhere (the CLI) passes the SDK's
+	// full default chain, config.LoadDefaultConfig.
+	LoadAWS func(context.Context) (aws.Config, error)
 	// Secrets overrides the Secrets Manager client (tests).
 	Secrets SecretsClient
 }
@@ -188,7 +194,11 @@ func loadAWS(ctx context.Context, opts Options) (aws.Config, error) {
 	if opts.AWS != nil {
 		return *opts.AWS, nil
 	}
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	load := opts.LoadAWS
+	if load == nil {
+		load = awsenv.Load
+	}
+	cfg, err := load(ctx)
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("load AWS configuration: %w", err)
 	}

@@ -10,6 +10,7 @@
 package rie
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +19,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -37,6 +40,10 @@ type Spec struct {
 	// START/END/REPORT lines interleaved with the JSON log lines. nil
 	// discards them.
 	Output io.Writer
+	// LogLevel is rie's own (--log-level); default "error". At "info" rie
+	// also writes its INIT REPORT lines, with the init's duration
+	// (InitDuration reads them).
+	LogLevel string
 }
 
 // DefaultTimeout is AWS_LAMBDA_FUNCTION_TIMEOUT unless Env sets it: the
@@ -138,7 +145,7 @@ func start(ctx context.Context, spec Spec) (*Function, error) {
 	// without it. --log-level error: rie's own chatter is noise in the logs
 	// (START/END/REPORT still appear).
 	cmd := exec.Command(spec.RIE,
-		"--log-level", "error",
+		"--log-level", cmp.Or(spec.LogLevel, "error"),
 		"--runtime-interface-emulator-address", invokeAddr,
 		"--runtime-api-address", runtimeAddr,
 		spec.Bootstrap)
@@ -245,3 +252,23 @@ func (f *Function) Stop() {
 
 // Pid is rie's process id.
 func (f *Function) Pid() int { return f.cmd.Process.Pid }
+
+// initReport is rie's line for a finished init at --log-level info:
+// "INIT REPORT(durationMs: 12.345000)" (the invoke phase's, for an init
+// that already happened, follows with a duration near zero).
+var initReport = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
+
+// InitDuration is the first init's duration in rie's output (at
+// --log-level info): from the bootstrap's start to its first request for
+// an event, what Lambda reports as Init Duration.
+func InitDuration(output string) (time.Duration, bool) {
+	m := initReport.FindStringSubmatch(output)
+	if m == nil {
+		return 0, false
+	}
+	ms, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(ms * float64(time.Millisecond)), true
+}

@@ -184,3 +184,19 @@ func TestStopEndsBootstrap(t *testing.T) {
 		}
 	}
 }
+
+func TestInitDurationReadsTheFirstInitReport(t *testing.T) {
+	out := "01 Dec 2026 11:18:15,736 [INFO] (rapid) INIT RTDONE(status: success)\n" +
+		"01 Dec 2026 11:18:15,736 [INFO] (rapid) INIT REPORT(durationMs: 30.311000)\n" +
+		"01 Dec 2026 11:18:15,737 [INFO] (rapid) INIT REPORT(durationMs: 0.069000)\n"
+	d, ok := InitDuration(out)
+	if !ok {
+		t.Fatal("InitDuration found no INIT REPORT")
+	}
+	if d != 30311*time.Microsecond {
+		t.Errorf("InitDuration = %v, want the first report's 30.311ms", d)
+	}
+	if _, ok := InitDuration("START RequestId: x\n"); ok {
+		t.Error("InitDuration found a report in output without one")
+	}
+}

@@ -193,9 +193,18 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 		//    delivered_at in the comparison the update is exactly-once even
 		//    without the lock; the lock makes it cheap (no waiting, no
 		//    re-checks), and each guard covers the other.
-		//    `id = ANY (ARRAY(...))` makes the update find its rows through
-		//    the primary key; a plain join to `stuck` lets the planner hash
-		//    the whole table, acked history and all, once per batch.
+		//    `ctid = ANY (ARRAY(...))` makes the update find the very
+		//    versions `stuck` locked, by a TID scan: nobody can move a row
+		//    we hold locked until we commit. A row another session updated
+		//    after our snapshot but before our lock is locked in its new
+		//    version, which the update's snapshot cannot see: it is left
+		//    alone (not counted) and the next batch takes it; the ctid never
+		//    finds a wrong row, and the id, state and delivered_at guards
+		//    stay. A plain join to `stuck` lets the planner hash the whole
+		//    table, acked history and all, once per batch, and
+		//    `id = ANY(1000 ids)` descended the primary key once per row: a
+		//    pass ran at 0.58 x a bare UPDATE of the same rows
+		//    (BENCHMARKS.md, row 3).
 		//    A row going back to pending loses its delivered_at: no push is
 		//    in flight, and the relay stamps a fresh one when it marks it
 		//    delivered again. A dead row keeps it, as the time of its last
@@ -216,7 +225,7 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 		//    never waits on a delivery (SKIP LOCKED), so they cannot deadlock.
 		reset: SweepResetTag + `
 			WITH stuck AS MATERIALIZED (
-				SELECT id, delivered_at, ($3::int > 0 AND redeliveries >= $3::int) AS dies
+				SELECT ctid, id, delivered_at, ($3::int > 0 AND redeliveries >= $3::int) AS dies
 				FROM ` + t + `
 				WHERE state = 'delivered' AND delivered_at < ` + cutoff + `
 				ORDER BY delivered_at, id
@@ -229,7 +238,7 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 					dead_at      = CASE WHEN stuck.dies THEN now() ELSE d.dead_at END,
 					delivered_at = CASE WHEN stuck.dies THEN d.delivered_at ELSE NULL END
 				FROM stuck
-				WHERE d.id = ANY (ARRAY(SELECT id FROM stuck))
+				WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM stuck))
 				  AND d.id = stuck.id AND d.state = 'delivered' AND d.delivered_at = stuck.delivered_at
 				RETURNING d.state
 			), counted AS (
@@ -332,47 +341,59 @@ func NewDeliveryPrune(schema Schema) *DeliveryPrune {
 		// One batch, one statement, its own transaction. Every secondary
 		// index covers open rows only, so old acked rows are found the
 		// way they were written, in id order:
-		//  - page: the next $2 ids after the cursor, through the primary
-		//    key. No lock: most of them are what gets deleted, and the
-		//    open ones among them belong to the relay.
-		//  - edge: the first of them created too recently to be past
-		//    either retention (a row is acked or dead after it was
-		//    created). created_at grows with the id (up to the length of
-		//    a transaction), so the pass stops there rather than read the
+		//  - r: the batch's range of ids, from the first after the cursor
+		//    (one probe of the primary key) to $2 ids on: at most $2 rows.
+		//  - gone: the delete of the range's acked and dead rows past
+		//    their retention: one range scan of the primary key. Its
+		//    condition is checked again on a row's latest version when
+		//    another session changed it meanwhile (READ COMMITTED), so a
+		//    row an operator moved back to pending since the statement's
+		//    snapshot is left alone: never an open delivery. Reading a
+		//    page first, locking its doomed rows (FOR UPDATE SKIP LOCKED)
+		//    and finding them again by id (= ANY of 5000 ids) read and
+		//    wrote every row twice and descended the index once per row: a
+		//    batch cost five times a bare DELETE of the same rows
+		//    (BENCHMARKS.md, row 6). Without the lock an overlapping pass
+		//    waits for the other's one batch, then finds its rows gone and
+		//    counts nothing; each row is still deleted and counted once.
+		//  - done: nothing lies after the range (the table's highest id,
+		//    one probe of the primary key's far end; asked as NOT EXISTS
+		//    of a row past the range, the planner scanned the table from
+		//    its start, through every row the pass had deleted and vacuum
+		//    not yet removed, so a batch cost more the further it got), or
+		//    it kept a row created too recently to be past either
+		//    retention (asked only when it kept any: a row is acked or
+		//    dead after it was created).
+		//    created_at grows with the id (up to the length of a
+		//    transaction), so the pass stops there rather than read the
 		//    whole young tail of the table; a later pass moves on.
-		//  - doomed: acked or dead rows before the edge and past their
-		//    retention, re-checked and locked on their latest version, so
-		//    a row an operator moved back to pending since the page was
-		//    read is left alone (never an open delivery). SKIP LOCKED:
-		//    overlapping passes share the work and never wait.
-		//  - gone: the delete, through the primary key.
-		// It answers with what it deleted (acked, dead), the next cursor,
-		// and whether the table ended or the edge was reached.
+		// It answers with what it deleted (acked, dead), the next cursor
+		// (the range's last id), and whether the pass is done with the
+		// table.
 		delete: PruneDeliveriesTag + `
-			WITH page AS MATERIALIZED (
-				SELECT id, created_at FROM ` + t + `
-				WHERE id > $1
-				ORDER BY id
-				LIMIT $2
-			), edge AS (
-				SELECT min(id) AS id FROM page
-				WHERE created_at >= now() - $5::bigint * interval '1 microsecond'
-			), doomed AS (
-				SELECT d.id FROM ` + t + ` AS d
-				WHERE d.id = ANY (ARRAY(
-					SELECT p.id FROM page p, edge WHERE edge.id IS NULL OR p.id < edge.id))
-				  AND ((` + ackedGone + `) OR (` + deadGone + `))
-				FOR UPDATE SKIP LOCKED
+			WITH r AS MATERIALIZED (
+				SELECT (SELECT min(id) FROM ` + t + ` WHERE id > $1) AS first
 			), gone AS (
-				DELETE FROM ` + t + ` AS d
-				WHERE d.id = ANY (ARRAY(SELECT id FROM doomed))
+				DELETE FROM ` + t + ` AS d USING r
+				WHERE d.id >= r.first AND d.id < r.first + $2
+				  AND ((` + ackedGone + `) OR (` + deadGone + `))
 				RETURNING d.state
+			), counted AS (
+				SELECT count(*) FILTER (WHERE state = 'acked') AS acked,
+					count(*) FILTER (WHERE state = 'dead') AS dead
+				FROM gone
 			)
-			SELECT
-				(SELECT count(*) FROM gone WHERE state = 'acked'),
-				(SELECT count(*) FROM gone WHERE state = 'dead'),
-				coalesce((SELECT id - 1 FROM edge), (SELECT max(id) FROM page), $1),
-				(SELECT id IS NOT NULL FROM edge) OR (SELECT count(*) FROM page) < $2`,
+			SELECT counted.acked, counted.dead,
+				coalesce(r.first + $2 - 1, $1),
+				CASE
+					WHEN r.first IS NULL THEN true
+					WHEN (SELECT max(n.id) FROM ` + t + ` AS n) < r.first + $2 THEN true
+					WHEN counted.acked + counted.dead = $2 THEN false
+					ELSE EXISTS (SELECT 1 FROM ` + t + ` AS y
+						WHERE y.id >= r.first AND y.id < r.first + $2
+						  AND y.created_at >= now() - $5::bigint * interval '1 microsecond')
+				END
+			FROM counted, r`,
 	}
 }
 

@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Who wrote a placeholder (events.filled_by).
@@ -43,6 +45,7 @@ type Events struct {
 	head           string
 	lowest         string
 	fill           string
+	fillMissing    string
 }
 
 // NewEvents renders the statements for schema.
@@ -56,8 +59,8 @@ func NewEvents(schema Schema) *Events {
 		publish: `SELECT s, pg_current_xact_id() FROM ` + schema.Table("publish_batch") + `($1, $2::jsonb[], $3) AS s`,
 		// <schema>.read_events (infra/sql/0007) is the read side for
 		// every language: rows after the cursor up to, never past, the
-		// first missing sequence above the fill watermark. The planner
-		// inlines it into one index range scan.
+		// first missing sequence above the fill watermark: one index
+		// range scan, its plan kept by the server connection (0012).
 		readContiguous: `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
 			FROM ` + schema.Table("read_events") + `($1, $2)`,
 		readPage: `SELECT sequence FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2`,
@@ -79,18 +82,31 @@ func NewEvents(schema Schema) *Events {
 		// a forged one) would be the youngest row of the oldest prefix,
 		// which stops event retention there for a whole retention period.
 		// Such a sequence counts as already present.
-		fill: `WITH wrote AS (
-				INSERT INTO ` + t + ` (sequence, filled_by)
+		fill: placeholderInsert(schema, `ON CONFLICT (sequence) DO NOTHING`),
+		// fillMissing is fill without ON CONFLICT, for sequences the
+		// caller has just read as missing (InsertMissing). A speculative
+		// insert (what ON CONFLICT does) costs PostgreSQL about half as
+		// much again per row as a plain one. A plain insert still never
+		// overwrites: the primary key refuses the whole statement instead
+		// (23505), and nothing is written.
+		fillMissing: placeholderInsert(schema, ``),
+	}
+}
+
+// placeholderInsert is the placeholder insert of schema's events, above
+// its fill watermark, with conflict as its ON CONFLICT clause (or none).
+func placeholderInsert(schema Schema, conflict string) string {
+	return `WITH wrote AS (
+				INSERT INTO ` + schema.Table("events") + ` (sequence, filled_by)
 				SELECT s, $2 FROM unnest($1::bigint[]) AS s
 				WHERE s > (SELECT coalesce(max(watermark), 0) FROM ` + schema.Table("fill_state") + `)
-				ON CONFLICT (sequence) DO NOTHING
+				` + conflict + `
 				RETURNING sequence)
 			SELECT count(*), coalesce(min(sequence), 0), coalesce(max(sequence), 0),
 				CASE WHEN count(*) > 0
 					THEN pg_notify($3, '{"min":' || min(sequence) || ',"max":' || max(sequence) || '}') IS NOT NULL
 					ELSE false END
-			FROM wrote`,
-	}
+			FROM wrote`
 }
 
 // Publish allocates one sequence per payload in tx and inserts the rows, in
@@ -194,6 +210,32 @@ func (e *Events) InsertPlaceholders(ctx context.Context, q Querier, sequences []
 	return w, nil
 }
 
+// InsertMissing is InsertPlaceholders for sequences the caller has just
+// read as missing, the fill's case: it inserts them without ON CONFLICT,
+// which is cheaper, and when one of them turns out present after all
+// (compensate wrote it since the read, SQLSTATE 23505: the primary key
+// refused the whole statement, nothing was written) it sends
+// InsertPlaceholders instead, which keeps every present row and writes the
+// rest. Either way no row is ever overwritten (docs/design.md §3.5). The
+// second statement is the price of a race that needs another writer of
+// placeholders within the moment between the page read and the insert.
+func (e *Events) InsertMissing(ctx context.Context, q Querier, sequences []int64, filledBy string) (Written, error) {
+	var w Written
+	if len(sequences) == 0 {
+		return w, nil
+	}
+	var notified bool
+	err := q.QueryRow(ctx, e.fillMissing, sequences, filledBy, e.schema.EventsChannel()).Scan(&w.N, &w.Min, &w.Max, &notified)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return e.InsertPlaceholders(ctx, q, sequences, filledBy)
+	}
+	if err != nil {
+		return Written{}, fmt.Errorf("insert %d placeholders: %w", len(sequences), err)
+	}
+	return w, nil
+}
+
 // MaxRead is the most events one read_events call returns, whatever it
 // is asked for: one call is always a bounded amount of work.
 const MaxRead = 10000
@@ -233,44 +275,56 @@ func NewEventPrune(schema Schema) *EventPrune {
 		//    pass: a position or a watermark read earlier could only be
 		//    lower (both only grow), but reading it here costs nothing
 		//    and a consumer registered since the pass began is honoured.
-		//  - page: the next $2 sequences after the cursor in index order,
-		//    at or below upto: one range scan of the primary key.
-		//  - young: the first of them recorded too recently. Prune takes a
-		//    prefix, in sequence order, and stops there: recorded_at grows
-		//    with the sequence (up to the length of a transaction), so
-		//    searching on past it would read the whole young tail of the
-		//    table for nothing. A later pass moves on once it has aged.
-		//  - gone: the delete, through the primary key, of the page's rows
-		//    before the young one. No FOR UPDATE SKIP LOCKED here (unlike
-		//    the deliveries' prune): locking a row needs an UPDATE right,
-		//    which the maintainer role has on no column of events, and
-		//    granting one would let it rewrite events. An overlapping pass
-		//    deleting the same rows waits for that one statement, then
-		//    finds them gone and counts nothing: each row still counts
-		//    once. Nothing else locks rows at or below the watermark.
-		// It answers with the count deleted, the last sequence the page
-		// covered (the next batch's cursor) and whether the prefix ended
-		// (a young row, or fewer than $2 rows up to upto).
+		//  - r: the batch's range, from the first sequence after the
+		//    cursor (one probe of the primary key) to $2 sequences on, at
+		//    most upto. At or below the watermark every sequence above the
+		//    pruned prefix is present (placeholders fill the gaps), so the
+		//    range holds $2 rows.
+		//  - gone: the delete of the range's rows recorded longer than $3
+		//    ago: one range scan of the primary key. Reading the page
+		//    first and deleting its rows again by sequence (= ANY of the
+		//    page) read every row twice and descended the index once per
+		//    row: a batch cost several times a bare DELETE of the same
+		//    rows (BENCHMARKS.md, row 6).
+		//  - done: the range reached upto, or it kept a row recorded too
+		//    recently (asked only then: the rows gone are all the range
+		//    when none was). recorded_at grows with the sequence (up to
+		//    the length of a transaction), so the pass stops there rather
+		//    than read the whole young tail of the table; a later pass
+		//    moves on. Within the range every row past retention goes,
+		//    also one after a younger row.
+		//  No FOR UPDATE SKIP LOCKED here (unlike the deliveries' prune
+		//  before): locking a row needs an UPDATE right, which the
+		//  maintainer role has on no column of events, and granting one
+		//  would let it rewrite events. An overlapping pass deleting the
+		//  same rows waits for that one statement, then finds them gone
+		//  and counts nothing: each row still counts once. Nothing else
+		//  locks rows at or below the watermark.
+		// It answers with the count deleted, the last sequence the range
+		// covered (the next batch's cursor) and whether the pass is done.
 		delete: PruneEventsTag + `
-			WITH page AS MATERIALIZED (
-				SELECT sequence, recorded_at FROM ` + t + `
-				WHERE sequence > $1 AND sequence <= ` + upto + `
-				ORDER BY sequence
-				LIMIT $2
-			), young AS (
-				SELECT min(sequence) AS sequence FROM page
-				WHERE recorded_at >= now() - $3::bigint * interval '1 microsecond'
+			WITH r AS MATERIALIZED (
+				SELECT first, least(first + $2 - 1, upto) AS last, upto
+				FROM (SELECT (SELECT min(sequence) FROM ` + t + ` WHERE sequence > $1) AS first,
+					` + upto + ` AS upto) b
 			), gone AS (
-				DELETE FROM ` + t + ` AS e
-				WHERE e.sequence = ANY (ARRAY(
-					SELECT p.sequence FROM page p, young
-					WHERE young.sequence IS NULL OR p.sequence < young.sequence))
+				DELETE FROM ` + t + ` AS e USING r
+				WHERE e.sequence >= r.first AND e.sequence <= r.last
+				  AND e.recorded_at < now() - $3::bigint * interval '1 microsecond'
 				RETURNING e.sequence
+			), counted AS (
+				SELECT count(*) AS n FROM gone
 			)
-			SELECT
-				(SELECT count(*) FROM gone),
-				coalesce((SELECT sequence - 1 FROM young), (SELECT max(sequence) FROM page), $1),
-				(SELECT sequence IS NOT NULL FROM young) OR (SELECT count(*) FROM page) < $2`,
+			SELECT counted.n,
+				CASE WHEN r.first IS NULL OR r.last < r.first THEN $1 ELSE r.last END,
+				CASE
+					WHEN r.first IS NULL OR r.last < r.first OR r.last >= r.upto THEN true
+					WHEN counted.n = r.last - r.first + 1 THEN false
+					ELSE EXISTS (SELECT 1 FROM ` + t + ` AS y
+						WHERE y.sequence >= r.first AND y.sequence <= r.last
+						  AND y.recorded_at >= now() - $3::bigint * interval '1 microsecond')
+				END
+			FROM counted, r`,
 	}
 }
 

@@ -16,6 +16,7 @@ package testcluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -41,6 +42,13 @@ type Options struct {
 	// TLS, when set, is the server's certificate and key: the cluster
 	// runs with ssl=on and refuses logins that do not use TLS.
 	TLS *ServerCert
+	// Durable runs the cluster as production does, fsync = on and
+	// synchronous_commit = on (with full_page_writes), where the local
+	// stack's and other test clusters skip the flushes: for benchmarks of
+	// what a commit costs.
+	Durable bool
+	// MaxConnections is max_connections; default 30.
+	MaxConnections int
 }
 
 // Cluster is a running throwaway cluster on 127.0.0.1.
@@ -82,7 +90,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 		"--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
 
 	c.Port = freePort(t)
-	conf := fmt.Sprintf("\nlisten_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = ''\nfsync = off\nmax_connections = 30\n", c.Port)
+	durability := "fsync = off\n"
+	if opts.Durable {
+		durability = "fsync = on\nsynchronous_commit = on\nfull_page_writes = on\n"
+	}
+	conf := fmt.Sprintf("\nlisten_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = ''\n%smax_connections = %d\n",
+		c.Port, durability, cmp.Or(opts.MaxConnections, 30))
 	hba := "host all all 127.0.0.1/32 scram-sha-256\n"
 	if opts.TLS != nil {
 		c.write(t, "data/server.crt", opts.TLS.CertPEM)

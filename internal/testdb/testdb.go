@@ -58,27 +58,54 @@ const (
 // unlike a function's two connections.
 const testPoolSize = 10
 
-var (
-	templateOnce sync.Once
-	templateName string
-	templateErr  error
-)
+// template is one cluster's migrated template database, made once per
+// process.
+type template struct {
+	once sync.Once
+	name string
+	err  error
+}
 
-// New creates a fresh migrated database for t and drops it afterwards.
+var templates sync.Map // admin URL -> *template
+
+// New creates a fresh migrated database for t on the local stack's
+// cluster (DATABASE_URL) and drops it afterwards.
 func New(t testing.TB) *DB {
 	t.Helper()
-	adminURL := testenv.Require(t, "DATABASE_URL")
+	return newOn(t, testenv.Require(t, "DATABASE_URL"), true)
+}
+
+// NewOn is New on the cluster adminURL names (a superuser's login to one
+// of its databases), which a test started itself (internal/testcluster):
+// always straight to that server, never through PgBouncer.
+func NewOn(t testing.TB, adminURL string) *DB {
+	t.Helper()
+	return newOn(t, adminURL, false)
+}
+
+func newOn(t testing.TB, adminURL string, mayPool bool) *DB {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx, adminURL) })
-	if templateErr != nil {
-		t.Fatalf("testdb: template database: %v", templateErr)
+	v, _ := templates.LoadOrStore(adminURL, &template{})
+	tmpl := v.(*template)
+	tmpl.once.Do(func() { tmpl.name, tmpl.err = ensureTemplate(ctx, adminURL) })
+	if tmpl.err != nil {
+		t.Fatalf("testdb: template database: %v", tmpl.err)
 	}
+	return create(t, adminURL, tmpl.name, mayPool)
+}
 
+// create makes a database from the template database from and drops it
+// when t ends.
+func create(t testing.TB, adminURL, from string, mayPool bool) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	name := "okt_" + randomHex(8)
 	if err := withAdmin(ctx, adminURL, func(conn *pgx.Conn) error {
-		return createFrom(ctx, conn, name, templateName)
+		return createFrom(ctx, conn, name, from)
 	}); err != nil {
 		t.Fatalf("testdb: create %s: %v", name, err)
 	}
@@ -87,7 +114,7 @@ func New(t testing.TB) *DB {
 		t.Fatalf("testdb: %v", err)
 	}
 	dbURL := directURL
-	if os.Getenv(ViaVar) == ViaPgBouncer {
+	if mayPool && os.Getenv(ViaVar) == ViaPgBouncer {
 		if dbURL, err = dburl.ForDatabase(testenv.Require(t, "PGBOUNCER_URL"), name); err != nil {
 			t.Fatalf("testdb: %v", err)
 		}
@@ -111,6 +138,30 @@ func New(t testing.TB) *DB {
 		})
 	})
 	return &DB{Name: name, URL: dbURL, DirectURL: directURL, Pool: pool, Schema: store.MustSchema(Schema)}
+}
+
+// Seeded makes a fresh database on the stack's cluster, hands seed a
+// connection of its own straight to it to fill it (a large dataset built
+// once), and returns a function that makes a copy of it for each call: a
+// copy is a file copy, far faster than building the rows again, so every
+// arm of a benchmark can start from the same rows. Copies route through
+// PgBouncer as New's do. The seed and its copies are dropped when t ends.
+func Seeded(t testing.TB, seed func(ctx context.Context, conn *pgx.Conn) error) func() *DB {
+	t.Helper()
+	adminURL := testenv.Require(t, "DATABASE_URL")
+	src := newOn(t, adminURL, false)
+	// PostgreSQL copies a database only while nobody is connected to it.
+	src.Pool.Close()
+	conn, err := pgx.Connect(context.Background(), src.DirectURL)
+	if err != nil {
+		t.Fatalf("testdb: connect to the seed: %v", err)
+	}
+	err = seed(context.Background(), conn)
+	conn.Close(context.Background())
+	if err != nil {
+		t.Fatalf("testdb: seed: %v", err)
+	}
+	return func() *DB { return create(t, adminURL, src.Name, true) }
 }
 
 // Connect opens one extra connection straight to the server, for a writer
@@ -254,4 +305,29 @@ func (d *DB) KillSessions(t testing.TB, app string) int {
 		t.Fatalf("testdb: kill sessions of %s: %v", app, err)
 	}
 	return killed
+}
+
+// FunctionPools are two pools with the functions' own settings
+// (internal/pg: two connections, every statement unnamed) on the
+// database: one straight to the server and one through PgBouncer in
+// transaction mode, for a benchmark of what the pooler costs a pass.
+func (d *DB) FunctionPools(t testing.TB) (direct, pooled *pgxpool.Pool) {
+	t.Helper()
+	viaURL, err := dburl.ForDatabase(testenv.Require(t, "PGBOUNCER_URL"), d.Name)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	open := func(url string) *pgxpool.Pool {
+		pc, err := pg.PoolConfig(context.Background(), config.Database{URL: url}, pg.Options{ApplicationName: "outboxkeeper-bench"})
+		if err != nil {
+			t.Fatalf("testdb: pool config: %v", err)
+		}
+		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+		if err != nil {
+			t.Fatalf("testdb: pool: %v", err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	return open(d.DirectURL), open(viaURL)
 }

@@ -3,7 +3,6 @@ package fill
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,137 +11,210 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 )
 
 // Benchmarks of the fill with the template's settings (grace 2 s, tick
-// 500 ms, batches and pages of 1000), each against a fresh database and,
-// where there is one, against the database's own limit measured in the
-// same run. `make bench` runs them at full size; under -short (make test)
-// they run once at a small size so they cannot rot, and assert nothing
-// about time.
+// 500 ms, batches and pages of 1000), each against fresh databases and,
+// where there is one, against the database's own limit and a naive
+// baseline measured side by side in the same run (benchkit: alternating
+// arms, medians). `make bench` runs them at full size; under -short (make
+// test) they run once at a small size so they cannot rot, and assert
+// nothing about time.
 
 // templateConfig is what the deployed fill runs with, bounded or watching.
 func templateConfig(bounded bool) Config {
 	return Config{Bounded: bounded, PassBudget: 30 * time.Second}.WithDefaults()
 }
 
-func benchSize(full, short int64) int64 {
-	if testing.Short() {
-		return short
-	}
-	return full
-}
-
-// median of the samples.
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
-}
-
 // burst makes n new sequences above the head, every k-th of them missing
 // (allocated, never written), as a burst of writers with crashed ones
-// among them leaves them; it returns the new head.
-func burst(b *testing.B, db *testdb.DB, n, k int64) int64 {
-	first := head(b, db) + 1
+// among them leaves them; it returns the first and the new head. k = 1
+// leaves all n missing.
+func burst(b *testing.B, db *testdb.DB, n, k int64) (first, top int64) {
+	first = head(b, db) + 1
+	top = first + n - 1
 	exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
-		SELECT g, 't', '{}' FROM generate_series($1::bigint, $2::bigint) g WHERE (g - $1) % $3 <> $3 - 1`, first, first+n-1, k)
-	exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, first+n-1)
-	return first + n - 1
+		SELECT g, 't', '{}' FROM generate_series($1::bigint, $2::bigint) g WHERE (g - $1) % $3 <> $3 - 1`, first, top, k)
+	exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, top)
+	return first, top
 }
 
-// bareInsert is the database's limit for writing these placeholders: one
-// INSERT ... SELECT generate_series of the same rows, in seconds.
-func bareInsert(b *testing.B, lo, hi int64) float64 {
-	db := testdb.New(b)
-	start := time.Now()
-	exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by) SELECT g, 'fill' FROM generate_series($1::bigint, $2::bigint) g`, lo, hi)
-	return time.Since(start).Seconds()
+// bareInsert is the database's limit for writing the placeholders burst
+// left missing: one INSERT ... SELECT generate_series of the same rows
+// (every k-th of first..top), timed.
+func bareInsert(b *testing.B, db *testdb.DB, first, top, k int64) time.Duration {
+	return benchkit.Timed(func() {
+		exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by)
+			SELECT g, 'fill' FROM generate_series($1::bigint, $2::bigint) g WHERE (g - $1) % $3 = $3 - 1`, first, top, k)
+	})
+}
+
+// fillMS is the pass's writes after the proof (page reads and inserts,
+// Result.FillMS) as a duration.
+func fillTime(res *Result) time.Duration { return time.Duration(res.FillMS) * time.Millisecond }
+
+// BenchmarkFillBurst: 10,000 abandoned sequences in one burst (writers
+// that all crashed), closed by one bounded pass, against a per-row insert
+// loop (one autocommitted INSERT ... ON CONFLICT DO NOTHING a sequence, as
+// a naive filler would) and the database's limit, for the same
+// placeholders. Targets: the pass's writes after the proof ≥ 0.6 × the
+// limit's rows/s and ≥ 20 × the loop's.
+func BenchmarkFillBurst(b *testing.B) {
+	n := benchkit.Size[int64](10_000, 2_000)
+	samples := benchkit.Samples{}
+	var cycles []float64
+	rep := 0
+	for b.Loop() {
+		samples.Alternate(rep,
+			benchkit.Arm{Name: "fill", Run: func() time.Duration {
+				db := testdb.New(b)
+				started(b, db)
+				_, top := burst(b, db, n, 1)
+				res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
+				if res.Filled != n || res.Watermark != top {
+					b.Fatalf("fill: Filled = %d, Watermark = %d, want %d and %d; %v", res.Filled, res.Watermark, n, top, res)
+				}
+				cycles = append(cycles, float64(res.Cycles))
+				return fillTime(res)
+			}},
+			benchkit.Arm{Name: "loop", Run: func() time.Duration {
+				db := testdb.New(b)
+				started(b, db)
+				first, top := burst(b, db, n, 1)
+				return benchkit.Timed(func() {
+					for s := first; s <= top; s++ {
+						exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'fill') ON CONFLICT (sequence) DO NOTHING`, s)
+					}
+				})
+			}},
+			benchkit.Arm{Name: "limit", Run: func() time.Duration {
+				db := testdb.New(b)
+				started(b, db)
+				first, top := burst(b, db, n, 1)
+				return bareInsert(b, db, first, top, 1)
+			}},
+		)
+		rep++
+	}
+	fill, loop, limit := samples.Median("fill"), samples.Median("loop"), samples.Median("limit")
+	b.ReportMetric(float64(n), "rows")
+	b.ReportMetric(benchkit.Median(cycles), "cycles")
+	b.ReportMetric(float64(n)/fill, "fill-rows/s")
+	b.ReportMetric(float64(n)/loop, "loop-rows/s")
+	b.ReportMetric(float64(n)/limit, "limit-rows/s")
+	b.ReportMetric(limit/fill, "fill/limit")
+	b.ReportMetric(loop/fill, "fill/loop")
 }
 
 // BenchmarkFillScatteredGaps: 10,000 gaps scattered among 100,000 new
-// sequences, one bounded pass with the template's settings. Target: one
-// cycle, one pass, at most grace + 1 s of pass time.
+// sequences, one bounded pass, against the database's limit for the same
+// placeholders among the same present rows. Targets: one cycle, one pass;
+// its writes after the proof (every page read and insert of the cycle)
+// ≥ 0.3 × the limit's rows/s.
 func BenchmarkFillScatteredGaps(b *testing.B) {
-	n := benchSize(100_000, 10_000)
-	var passS, overGraceS, cycles []float64
-	for range b.N {
-		db := testdb.New(b)
-		started(b, db)
-		top := burst(b, db, n, 10)
-		res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
-		if res.Watermark != top {
-			b.Fatalf("Watermark = %d, want %d; %v", res.Watermark, top, res)
-		}
-		if res.Filled != n/10 {
-			b.Fatalf("Filled = %d, want %d; %v", res.Filled, n/10, res)
-		}
-		took := time.Duration(res.DurationMS) * time.Millisecond
-		passS = append(passS, took.Seconds())
-		overGraceS = append(overGraceS, (took - DefaultGrace).Seconds())
-		cycles = append(cycles, float64(res.Cycles))
+	n := benchkit.Size[int64](100_000, 10_000)
+	samples := benchkit.Samples{}
+	var overGraceS, cycles []float64
+	rep := 0
+	for b.Loop() {
+		samples.Alternate(rep,
+			benchkit.Arm{Name: "fill", Run: func() time.Duration {
+				db := testdb.New(b)
+				started(b, db)
+				_, top := burst(b, db, n, 10)
+				res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
+				if res.Watermark != top || res.Filled != n/10 {
+					b.Fatalf("fill: Watermark = %d, Filled = %d, want %d and %d; %v", res.Watermark, res.Filled, top, n/10, res)
+				}
+				took := time.Duration(res.DurationMS) * time.Millisecond
+				overGraceS = append(overGraceS, (took - DefaultGrace).Seconds())
+				cycles = append(cycles, float64(res.Cycles))
+				return fillTime(res)
+			}},
+			benchkit.Arm{Name: "limit", Run: func() time.Duration {
+				db := testdb.New(b)
+				started(b, db)
+				first, top := burst(b, db, n, 10)
+				return bareInsert(b, db, first, top, 10)
+			}},
+		)
+		rep++
 	}
+	fill, limit := samples.Median("fill"), samples.Median("limit")
 	b.ReportMetric(float64(n/10), "gaps")
-	b.ReportMetric(median(cycles), "cycles")
-	b.ReportMetric(median(passS), "pass-s")
-	b.ReportMetric(median(overGraceS), "pass-minus-grace-s")
+	b.ReportMetric(benchkit.Median(cycles), "cycles")
+	b.ReportMetric(benchkit.Median(overGraceS), "pass-minus-grace-s")
+	b.ReportMetric(float64(n/10)/fill, "fill-rows/s")
+	b.ReportMetric(float64(n/10)/limit, "limit-rows/s")
+	b.ReportMetric(limit/fill, "fill/limit")
 }
 
 // BenchmarkFillLiveGap: a 200,000-sequence gap appears while a watching
-// pass runs. Targets: closed within grace + 5 s of appearing, in one
-// cycle, its writes after the proof at least 0.3 x the rows/s of a bare
-// INSERT ... SELECT generate_series of the same placeholders, measured
-// alternately in the same run.
+// pass runs. Targets: closed in one cycle, its writes after the proof at
+// least 0.3 x the rows/s of the database's limit for the same
+// placeholders.
 func BenchmarkFillLiveGap(b *testing.B) {
-	gap := benchSize(200_000, 20_000)
-	var closeS, writeS, limitS, cycles []float64
-	for range b.N {
-		db := testdb.New(b)
-		started(b, db)
-		s := newService(b, db.Pool, templateConfig(false), Options{})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan *Result, 1)
-		go func() {
-			res, _ := s.RunOnce(ctx)
-			done <- res
-		}()
-		if err := waitForState(db, holdsLease+` AND started`); err != nil {
-			b.Fatal(err)
-		}
-		from := head(b, db)
-		var appeared time.Time
-		if err := db.Pool.QueryRow(context.Background(),
-			`SELECT clock_timestamp() FROM (SELECT setval('outbox.events_sequence_seq', $1)) s`, from+gap).Scan(&appeared); err != nil {
-			b.Fatal(err)
-		}
-		if err := waitForState(db, fmt.Sprintf(`watermark >= %d`, from+gap)); err != nil {
-			b.Fatal(err)
-		}
-		cancel()
-		res := <-done
-		var last time.Time
-		if err := db.Pool.QueryRow(context.Background(), `SELECT max(recorded_at) FROM outbox.events`).Scan(&last); err != nil {
-			b.Fatal(err)
-		}
-		if res.Filled != gap {
-			b.Fatalf("Filled = %d, want %d; %v", res.Filled, gap, res)
-		}
-		closeS = append(closeS, last.Sub(appeared).Seconds())
-		writeS = append(writeS, float64(res.FillMS)/1000)
-		cycles = append(cycles, float64(res.Cycles))
-		limitS = append(limitS, bareInsert(b, from+1, from+gap))
+	gap := benchkit.Size[int64](200_000, 20_000)
+	samples := benchkit.Samples{}
+	var closeS, cycles []float64
+	rep := 0
+	for b.Loop() {
+		samples.Alternate(rep,
+			benchkit.Arm{Name: "fill", Run: func() time.Duration {
+				db := testdb.New(b)
+				started(b, db)
+				s := newService(b, db.Pool, templateConfig(false), Options{})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				done := make(chan *Result, 1)
+				go func() {
+					res, _ := s.RunOnce(ctx)
+					done <- res
+				}()
+				if err := waitForState(db, holdsLease+` AND started`); err != nil {
+					b.Fatal(err)
+				}
+				from := head(b, db)
+				var appeared time.Time
+				if err := db.Pool.QueryRow(context.Background(),
+					`SELECT clock_timestamp() FROM (SELECT setval('outbox.events_sequence_seq', $1)) s`, from+gap).Scan(&appeared); err != nil {
+					b.Fatal(err)
+				}
+				if err := waitForState(db, fmt.Sprintf(`watermark >= %d`, from+gap)); err != nil {
+					b.Fatal(err)
+				}
+				cancel()
+				res := <-done
+				var last time.Time
+				if err := db.Pool.QueryRow(context.Background(), `SELECT max(recorded_at) FROM outbox.events`).Scan(&last); err != nil {
+					b.Fatal(err)
+				}
+				if res.Filled != gap {
+					b.Fatalf("Filled = %d, want %d; %v", res.Filled, gap, res)
+				}
+				closeS = append(closeS, last.Sub(appeared).Seconds())
+				cycles = append(cycles, float64(res.Cycles))
+				return fillTime(res)
+			}},
+			benchkit.Arm{Name: "limit", Run: func() time.Duration {
+				db := testdb.New(b)
+				started(b, db)
+				first, top := burst(b, db, gap, 1)
+				return bareInsert(b, db, first, top, 1)
+			}},
+		)
+		rep++
 	}
+	fill, limit := samples.Median("fill"), samples.Median("limit")
 	b.ReportMetric(float64(gap), "gap")
-	b.ReportMetric(median(cycles), "cycles")
-	b.ReportMetric(median(closeS), "closed-after-s")
-	b.ReportMetric(float64(gap)/median(writeS), "fill-rows/s")
-	b.ReportMetric(float64(gap)/median(limitS), "limit-rows/s")
-	b.ReportMetric(median(limitS)/median(writeS), "fill/limit")
+	b.ReportMetric(benchkit.Median(cycles), "cycles")
+	b.ReportMetric(benchkit.Median(closeS), "closed-after-s")
+	b.ReportMetric(float64(gap)/fill, "fill-rows/s")
+	b.ReportMetric(float64(gap)/limit, "limit-rows/s")
+	b.ReportMetric(limit/fill, "fill/limit")
 }
 
 // timed is a store.DB that adds up the time its statements take, so a
@@ -187,64 +259,119 @@ func (b *timedBatch) Close() error {
 
 // BenchmarkFillWatching: a healthy watching pass (the template's tick)
 // over tables of 100k, 1M and 10M rows while a writer commits a few events
-// every tick. Targets: the same statements per tick whatever the size, and
-// database time per tick at 10M at most 1.5 x at 100k.
+// every tick, the three sizes side by side in alternating order. Targets:
+// the same statements per tick whatever the size, and database time per
+// tick at 10M at most 1.5 x at 100k.
 func BenchmarkFillWatching(b *testing.B) {
-	sizes := []int64{100_000, 1_000_000, 10_000_000}
-	if testing.Short() {
-		sizes = []int64{10_000, 100_000}
-	}
-	perTick := map[int64]float64{}
+	sizes := benchkit.Size([]int64{100_000, 1_000_000, 10_000_000}, []int64{10_000, 100_000})
+	dbs := map[int64]*testdb.DB{}
 	for _, n := range sizes {
-		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
-			db := testdb.New(b)
-			exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
-				SELECT g, 't', '{}' FROM generate_series(1, $1::bigint) g`, n)
-			exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, n)
-			exec(b, db.Pool, `VACUUM ANALYZE outbox.events`)
-			catchUp := templateConfig(true)
-			catchUp.PageSize = 100_000
-			if res := runPass(b, newService(b, db.Pool, catchUp, Options{})); res.Watermark != n {
-				b.Fatalf("catch-up pass: Watermark = %d, want %d; %v", res.Watermark, n, res)
-			}
-			var stmts, dbNS []float64
-			for range b.N {
-				cfg := templateConfig(false)
-				cfg.PassBudget = 5 * time.Second
-				t := &timed{db: db.Pool}
-				s := newService(b, t, cfg, Options{})
-				// Writers committing between ticks. They run beside the
-				// pass, so they report an error instead of failing the
-				// benchmark from their goroutine, and are waited for
-				// before the next round.
-				ctx, cancel := context.WithCancel(context.Background())
-				var writers sync.WaitGroup
-				var writeErr atomic.Value
-				writers.Go(func() {
-					for ctx.Err() == nil {
-						if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish_batch('t', array_fill('{"real":true}'::jsonb, ARRAY[5]))`); err != nil && ctx.Err() == nil {
-							writeErr.Store(err)
-							return
-						}
-						time.Sleep(cfg.Tick / 2)
-					}
-				})
-				res := runPass(b, s)
-				cancel()
-				writers.Wait()
-				if err, _ := writeErr.Load().(error); err != nil {
-					b.Fatalf("writer: %v", err)
-				}
-				stmts = append(stmts, float64(res.Statements)/float64(res.Ticks))
-				dbNS = append(dbNS, float64(t.ns.Load())/float64(res.Ticks))
-			}
-			perTick[n] = median(dbNS)
-			b.ReportMetric(median(stmts), "statements/tick")
-			b.ReportMetric(median(stmts)*float64(time.Minute/DefaultTick), "statements/minute")
-			b.ReportMetric(median(dbNS)/1e6, "db-ms/tick")
-			if smallest := perTick[sizes[0]]; smallest > 0 {
-				b.ReportMetric(perTick[n]/smallest, "db-time/smallest-table")
-			}
-		})
+		db := testdb.New(b)
+		exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
+			SELECT g, 't', '{}' FROM generate_series(1, $1::bigint) g`, n)
+		exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, n)
+		exec(b, db.Pool, `VACUUM ANALYZE outbox.events`)
+		catchUp := templateConfig(true)
+		catchUp.PageSize = 100_000
+		if res := runPass(b, newService(b, db.Pool, catchUp, Options{})); res.Watermark != n {
+			b.Fatalf("catch-up pass over %d rows: Watermark = %d, want %d; %v", n, res.Watermark, n, res)
+		}
+		dbs[n] = db
 	}
+	stmts, dbNS := map[int64][]float64{}, map[int64][]float64{}
+	watch := func(n int64) benchkit.Arm {
+		return benchkit.Arm{Name: fmt.Sprint(n), Run: func() time.Duration {
+			db := dbs[n]
+			cfg := templateConfig(false)
+			cfg.PassBudget = 5 * time.Second
+			t := &timed{db: db.Pool}
+			s := newService(b, t, cfg, Options{})
+			// Writers committing between ticks. They run beside the pass,
+			// so they report an error instead of failing the benchmark
+			// from their goroutine, and are waited for before the next arm.
+			ctx, cancel := context.WithCancel(context.Background())
+			var writers sync.WaitGroup
+			var writeErr atomic.Value
+			writers.Go(func() {
+				for ctx.Err() == nil {
+					if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish_batch('t', array_fill('{"real":true}'::jsonb, ARRAY[5]))`); err != nil && ctx.Err() == nil {
+						writeErr.Store(err)
+						return
+					}
+					time.Sleep(cfg.Tick / 2)
+				}
+			})
+			res := runPass(b, s)
+			cancel()
+			writers.Wait()
+			if err, _ := writeErr.Load().(error); err != nil {
+				b.Fatalf("writer: %v", err)
+			}
+			stmts[n] = append(stmts[n], float64(res.Statements)/float64(res.Ticks))
+			perTick := time.Duration(t.ns.Load() / int64(res.Ticks))
+			dbNS[n] = append(dbNS[n], float64(perTick))
+			return perTick
+		}}
+	}
+	var arms []benchkit.Arm
+	for _, n := range sizes {
+		arms = append(arms, watch(n))
+	}
+	rep := 0
+	for b.Loop() {
+		benchkit.Samples{}.Alternate(rep, arms...)
+		rep++
+	}
+	small, large := sizes[0], sizes[len(sizes)-1]
+	for _, n := range sizes {
+		b.ReportMetric(benchkit.Median(stmts[n]), fmt.Sprintf("statements/tick@%d", n))
+		b.ReportMetric(benchkit.Median(dbNS[n])/1e6, fmt.Sprintf("db-ms/tick@%d", n))
+	}
+	b.ReportMetric(benchkit.Median(stmts[large])*float64(time.Minute/DefaultTick), "statements/minute")
+	b.ReportMetric(benchkit.Median(dbNS[large])/benchkit.Median(dbNS[small]), "db-time/smallest-table")
+	b.ReportMetric(benchkit.Median(stmts[large])/benchkit.Median(stmts[small]), "statements/smallest-table")
+}
+
+// BenchmarkFillPooler: one bounded pass with the template's settings over
+// 10,000 gaps among 100,000 sequences present at its first run (a cycle
+// without grace: the pass's time is its work), on the functions' own pool
+// straight to the server and through PgBouncer in transaction mode, each
+// on its own copy of the same rows, alternating. Target: through the
+// pooler ≤ 1.3 × direct.
+func BenchmarkFillPooler(b *testing.B) {
+	n := benchkit.Size[int64](100_000, 10_000)
+	fresh := testdb.Seeded(b, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, `INSERT INTO outbox.events (sequence, topic, payload)
+			SELECT g, 't', '{}' FROM generate_series(1, $1::bigint) g WHERE g % 10 <> 0`, n); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, `SELECT setval('outbox.events_sequence_seq', $1::bigint)`, n)
+		return err
+	})
+	arm := func(name string, pooled bool) benchkit.Arm {
+		return benchkit.Arm{Name: name, Run: func() time.Duration {
+			direct, via := fresh().FunctionPools(b)
+			pool := direct
+			if pooled {
+				pool = via
+			}
+			s := newService(b, pool, templateConfig(true), Options{})
+			var res *Result
+			took := benchkit.Timed(func() { res = runPass(b, s) })
+			if res.Filled != n/10 || res.Watermark != n {
+				b.Fatalf("%s: Filled = %d, Watermark = %d, want %d and %d; %v", name, res.Filled, res.Watermark, n/10, n, res)
+			}
+			return took
+		}}
+	}
+	samples := benchkit.Samples{}
+	rep := 0
+	for b.Loop() {
+		samples.Alternate(rep, arm("direct", false), arm("pgbouncer", true))
+		rep++
+	}
+	direct, pooled := samples.Median("direct"), samples.Median("pgbouncer")
+	b.ReportMetric(direct*1000, "direct-ms")
+	b.ReportMetric(pooled*1000, "pgbouncer-ms")
+	b.ReportMetric(pooled/direct, "pgbouncer/direct")
 }

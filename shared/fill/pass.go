@@ -399,7 +399,7 @@ func (p *pass) fillCycle(ctx context.Context) (bool, error) {
 			if hook := p.s.beforeInsert; hook != nil {
 				hook(pending)
 			}
-			wrote, err := p.s.events.InsertPlaceholders(ctx, p.q, pending, store.FilledByFill)
+			wrote, err := p.s.events.InsertMissing(ctx, p.q, pending, store.FilledByFill)
 			if err != nil {
 				return false, err
 			}

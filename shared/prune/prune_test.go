@@ -312,7 +312,8 @@ func TestPruneDeletesPlaceholders(t *testing.T) {
 // ---- concurrency and budget -----------------------------------------------
 
 // Two passes at once (a slow pass and the next hour's) share the work: each
-// row is deleted by exactly one of them, and neither waits for the other.
+// row is deleted and counted by exactly one of them (one waits for the
+// other's batch at most).
 func TestOverlappingPrunePassesDeleteEachRowOnce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -364,7 +365,10 @@ func TestPruneOfAMillionAckedRowsKeepsItsBudgetAndResumes(t *testing.T) {
 	db := testdb.New(t)
 	const n = 1_000_000
 	seedDeliveries(t, db, "acked-old", "acked", n, 3*day, 2*day, 0, 2*day)
-	const budget = 2 * time.Second
+	// Short enough that a million rows never fit one pass: a batch is
+	// one range delete of the primary key, and one pass of 2s deleted all
+	// of them on an idle machine.
+	const budget = 500 * time.Millisecond
 	s := newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.PassBudget = budget }))
 	var total int64
 	passes := 0
@@ -380,7 +384,7 @@ func TestPruneOfAMillionAckedRowsKeepsItsBudgetAndResumes(t *testing.T) {
 		if !res.More {
 			break
 		}
-		if passes > 100 {
+		if passes > 400 {
 			t.Fatalf("still more after %d passes (deleted %d)", passes, total)
 		}
 	}
@@ -439,5 +443,55 @@ func TestPruneCancelled(t *testing.T) {
 	_, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("RunOnce on a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// A row moved back to pending by another session while the prune's
+// delete waits for it (an operator retrying a dead delivery, here an
+// acked one, at the very moment) is judged on that latest version: it is
+// open, so it stays; the rest of its batch goes.
+func TestPruneKeepsARowReopenedWhileItsBatchWaited(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDeliveries(t, db, "acked-old", "acked", 10, 3*day, 2*day, 0, 2*day)
+	ctx := context.Background()
+	reopened := scalar[int64](t, db.Pool, `SELECT min(id) + 4 FROM outbox.deliveries`)
+	operator := db.Connect(t)
+	tx, err := operator.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := tx.Exec(ctx, `UPDATE outbox.deliveries SET state = 'pending', acked_at = NULL WHERE id = $1`, reopened); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *prune.Result, 1)
+	go func() {
+		res, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx)
+		if err != nil {
+			t.Errorf("RunOnce: %v", err)
+		}
+		done <- res
+	}()
+	// The pass's delete waits on the operator's row lock.
+	deadline := time.Now().Add(10 * time.Second)
+	for scalar[int64](t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%prune_deliveries%'`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the prune's delete never waited on the reopened row")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res == nil {
+		t.FailNow()
+	}
+	if res.DeletedDeliveries != 9 {
+		t.Errorf("deleted_deliveries = %d, want the 9 still acked", res.DeletedDeliveries)
+	}
+	if state := scalar[string](t, db.Pool, `SELECT coalesce((SELECT state FROM outbox.deliveries WHERE id = $1), 'deleted')`, reopened); state != "pending" {
+		t.Errorf("the reopened row is %s, want it kept as pending", state)
 	}
 }

@@ -19,10 +19,13 @@ type consumer struct {
 	ob *outbox.Outbox
 	l  *ledger
 
-	mu       sync.Mutex
-	pos      int64
-	head     int64
-	seen     map[int64]int // real events consumed, by sequence
+	mu   sync.Mutex
+	pos  int64
+	head int64
+	seen map[int64]int // real events consumed, by sequence
+	// passed is when the consumer took each placeholder: the moment it
+	// got past an abandoned sequence.
+	passed   map[int64]time.Time
 	byPath   map[string]int
 	outOfOrd int
 	// blockedAt is when the cursor last stopped short of the head; zero
@@ -32,7 +35,7 @@ type consumer struct {
 }
 
 func newConsumer(ob *outbox.Outbox, l *ledger) *consumer {
-	return &consumer{ob: ob, l: l, seen: map[int64]int{}, byPath: map[string]int{}}
+	return &consumer{ob: ob, l: l, seen: map[int64]int{}, passed: map[int64]time.Time{}, byPath: map[string]int{}}
 }
 
 func (c *consumer) run(ctx context.Context) {
@@ -55,13 +58,15 @@ func (c *consumer) once(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// When the page came back: the consumer is past its placeholders
+	// from here on.
+	now := time.Now()
 	// The head is read after the page: a head read first could already be
 	// passed by the page and would hide a stall behind it.
 	head, err := c.ob.Head(ctx)
 	if err != nil {
 		return 0, err
 	}
-	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ev := range evs {
@@ -71,6 +76,7 @@ func (c *consumer) once(ctx context.Context) (int, error) {
 		c.pos = ev.Sequence
 		if ev.Placeholder() {
 			c.byPath[ev.FilledBy]++
+			c.passed[ev.Sequence] = now
 		} else {
 			c.seen[ev.Sequence]++
 		}
@@ -101,6 +107,7 @@ type consumerView struct {
 	OutOfOrder int
 	ByPath     map[string]int
 	Seen       map[int64]int
+	Passed     map[int64]time.Time
 }
 
 func (c *consumer) view(full bool) consumerView {
@@ -112,7 +119,7 @@ func (c *consumer) view(full bool) consumerView {
 		ByPath:     map[string]int{store.FilledByFill: c.byPath[store.FilledByFill], store.FilledByCompensate: c.byPath[store.FilledByCompensate]},
 	}
 	if full {
-		v.Seen = c.seen // the consumer has stopped when full is asked for
+		v.Seen, v.Passed = c.seen, c.passed // the consumer has stopped when full is asked for
 	}
 	return v
 }

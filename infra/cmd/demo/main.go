@@ -11,9 +11,13 @@
 //	                 template's schedules (a quicker look; the output says so)
 //	DEMO_DRAIN       the longest wait for everything to settle (default 150s:
 //	                 a lost ack waits SWEEP_STUCK_AFTER, then the next sweep)
-//	DEMO_HOLD        how long the long transaction stays open (default 6s)
+//	DEMO_HOLD        how long the long transaction stays open (default 6s;
+//	                 0 holds none, so no transaction older than a marker is
+//	                 ever open: the latencies then show the fill's own bound)
 //	DEMO_PUBLISHERS  publisher goroutines (default 4)
 //	DEMO_DATABASE    database created anew on the stack's server (default outboxkeeper_demo)
+//	DEMO_SUMMARY     also write the verdict and the latencies as JSON to this
+//	                 file (make bench reads it for BENCHMARKS.md)
 //
 // The functions run with the template's settings (its schedules, timeouts,
 // memory, concurrency and parameter defaults); FILL_*, SWEEP_* and
@@ -70,12 +74,14 @@ func loadConfig() (demoConfig, error) {
 	} {
 		if v, ok := os.LookupEnv(name); ok {
 			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
+			// Only the hold may be zero: none at all.
+			if err != nil || d < 0 || d == 0 && name != "DEMO_HOLD" {
 				return cfg, fmt.Errorf("%s=%q: want a positive Go duration such as 30s", name, v)
 			}
 			*dst = d
 		}
 	}
+	cfg.Summary = os.Getenv("DEMO_SUMMARY")
 	if v, ok := os.LookupEnv("DEMO_PUBLISHERS"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 64 {

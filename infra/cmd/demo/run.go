@@ -33,6 +33,9 @@ type demoConfig struct {
 	Publishers                int
 	Database                  string
 	WorkDir                   string
+	// Summary, when set, is a file the verdict and the latencies are
+	// written to as JSON (summary.go).
+	Summary string
 }
 
 // lossStopsBefore: the relay stops losing acks this long before the
@@ -92,8 +95,12 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	}
 	fmt.Fprintf(out, "  settings   the template's (fill: watch %v, grace %s, tick %s, budget %s; %d at once)%s\n",
 		!fillCfg.Bounded, fillCfg.Grace, fillCfg.Tick, fillCfg.PassBudget, len(stack.Fillers), overrides())
-	fmt.Fprintf(out, "  workload   %d publishers for %s, one transaction held %s every %s; then drain up to %s\n\n",
-		cfg.Publishers, cfg.Duration, cfg.Hold, cfg.HoldEvery, cfg.Drain)
+	held := fmt.Sprintf("one transaction held %s every %s", cfg.Hold, cfg.HoldEvery)
+	if cfg.Hold == 0 {
+		held = "no transaction held open"
+	}
+	fmt.Fprintf(out, "  workload   %d publishers for %s, %s; then drain up to %s\n\n",
+		cfg.Publishers, cfg.Duration, held, cfg.Drain)
 
 	poolCfg, err := pgxpool.ParseConfig(stack.DatabaseURL)
 	if err != nil {
@@ -136,7 +143,9 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 		w := &writer{id: i + 1, ob: ob, pool: pool, l: l, rng: rand.New(rand.NewPCG(uint64(i), 42))}
 		writers.Go(func() { w.run(stop) })
 	}
-	writers.Go(func() { holder(ob, pool, l, cfg.Hold, cfg.HoldEvery, stop) })
+	if cfg.Hold > 0 {
+		writers.Go(func() { holder(ob, pool, l, cfg.Hold, cfg.HoldEvery, stop) })
+	}
 
 	show := func(phase string, t0 time.Time) {
 		status.Show(statusLine(ctx, phase, time.Since(t0), l, cons, obs))
@@ -192,6 +201,13 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	ok := local.PrintVerdict(out, o.checks())
 	fmt.Fprintln(out, "\nrollback → placeholder latency (placeholder recorded_at − client rollback time)")
 	o.latencies(out)
+	fmt.Fprintln(out, "\nrollback → consumer past the sequence (the read that took its placeholder − client rollback time)")
+	o.consumerLatencies(out)
+	if cfg.Summary != "" {
+		if err := writeSummary(cfg.Summary, cfg, stack.ScheduleNote(), o, ok); err != nil {
+			return false, err
+		}
+	}
 	fmt.Fprintf(out, "\nthe database %s is kept for inspection; function logs are in %s\n", cfg.Database, stack.LogDir)
 	return ok, nil
 }

@@ -141,12 +141,39 @@ func (o outcome) unreportedWithinBound() (within, late int, worst string) {
 // latencies prints rollback→placeholder latency (placeholder recorded_at
 // minus the client's rollback time) for reported and unreported rollbacks.
 func (o outcome) latencies(w io.Writer) {
+	printLatencies(w, o.placeholderLatencies())
+}
+
+// consumerLatencies prints rollback→consumer latency: when the consumer's
+// read that took the placeholder came back, minus the client's rollback
+// time.
+func (o outcome) consumerLatencies(w io.Writer) {
+	printLatencies(w, o.passLatencies())
+}
+
+// placeholderLatencies are rollback→placeholder latencies, by reported.
+func (o outcome) placeholderLatencies() map[bool][]time.Duration {
 	groups := map[bool][]time.Duration{}
 	for seq, rb := range o.abandoned {
 		if p, ok := o.placeholders[seq]; ok {
 			groups[rb.reported] = append(groups[rb.reported], p.RecordedAt.Sub(rb.at))
 		}
 	}
+	return groups
+}
+
+// passLatencies are rollback→consumer latencies, by reported.
+func (o outcome) passLatencies() map[bool][]time.Duration {
+	groups := map[bool][]time.Duration{}
+	for seq, rb := range o.abandoned {
+		if at, ok := o.consumer.Passed[seq]; ok {
+			groups[rb.reported] = append(groups[rb.reported], at.Sub(rb.at))
+		}
+	}
+	return groups
+}
+
+func printLatencies(w io.Writer, groups map[bool][]time.Duration) {
 	for _, reported := range []bool{true, false} {
 		name := "unreported (fill proves)"
 		if reported {

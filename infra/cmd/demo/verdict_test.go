@@ -87,3 +87,53 @@ func TestQuantileTakesTheSampleAtTheRank(t *testing.T) {
 		t.Errorf("p99 of one sample = %v, want that sample", q)
 	}
 }
+
+// The consumer's latency of a rolled-back sequence runs from the client's
+// rollback to the read that took its placeholder, per path; a sequence it
+// never passed has none.
+func TestConsumerLatencyIsRollbackToThePassingRead(t *testing.T) {
+	o := healthy()
+	at := o.abandoned[5].at
+	o.consumer.Passed = map[int64]time.Time{5: at.Add(1200 * time.Millisecond), 6: at.Add(3 * time.Second)}
+	got := o.passLatencies()
+	if !slices.Equal(got[true], []time.Duration{1200 * time.Millisecond}) {
+		t.Errorf("reported: %v, want [1.2s]", got[true])
+	}
+	if !slices.Equal(got[false], []time.Duration{3 * time.Second}) {
+		t.Errorf("unreported: %v, want [3s]", got[false])
+	}
+	delete(o.consumer.Passed, 6)
+	if n := len(o.passLatencies()[false]); n != 0 {
+		t.Errorf("a sequence never passed has %d latencies, want none", n)
+	}
+}
+
+// DEMO_HOLD=0 runs without the held transaction; no other duration may be
+// zero.
+func TestHoldMayBeZeroOtherDurationsMayNot(t *testing.T) {
+	t.Setenv("DEMO_HOLD", "0s")
+	cfg, err := loadConfig()
+	if err != nil || cfg.Hold != 0 {
+		t.Errorf("DEMO_HOLD=0s: hold %s, %v; want 0 and no error", cfg.Hold, err)
+	}
+	t.Setenv("DEMO_DURATION", "0s")
+	if _, err := loadConfig(); err == nil {
+		t.Error("DEMO_DURATION=0s: no error, want one")
+	}
+	t.Setenv("DEMO_DURATION", "10s")
+	t.Setenv("DEMO_HOLD", "-1s")
+	if _, err := loadConfig(); err == nil {
+		t.Error("DEMO_HOLD=-1s: no error, want one")
+	}
+}
+
+func TestFiguresAreNearestRankQuantiles(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Second)
+	}
+	f := figures(d)
+	if f.N != 100 || f.P50 != 50 || f.P99 != 99 || f.MaxS != 100 {
+		t.Errorf("figures = %+v, want n 100, p50 50s, p99 99s, max 100s", f)
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+)
+
+// go test -json splits a result line: the name first, the figures when
+// the benchmark ends.
+const sampleJSON = `{"Action":"start","Package":"example/fill"}
+{"Action":"output","Package":"example/fill","Output":"goos: linux\n"}
+{"Action":"output","Package":"example/fill","Test":"BenchmarkFillBurst","Output":"BenchmarkFillBurst-2   \t"}
+{"Action":"output","Package":"example/fill","Test":"BenchmarkFillBurst","Output":"       5\t4705868027 ns/op\t         1.000 cycles\t         0.7288 fill/limit\t        40.83 fill/loop\n"}
+{"Action":"output","Package":"example/fill","Output":"BenchmarkFillWatching-2 \t 5\t 1 ns/op\t 2.2 statements/tick@100000\n"}
+{"Action":"fail","Package":"example/sweep","Test":"BenchmarkResetStuck"}
+`
+
+func TestParseReadsSplitResultLines(t *testing.T) {
+	m, failed, err := Parse(strings.NewReader(sampleJSON), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := m.Get("BenchmarkFillBurst", "fill/limit"); !ok || v != 0.7288 {
+		t.Errorf("fill/limit = %v (%v), want 0.7288", v, ok)
+	}
+	if v, ok := m.Get("BenchmarkFillBurst", "fill/loop"); !ok || v != 40.83 {
+		t.Errorf("fill/loop = %v (%v), want 40.83", v, ok)
+	}
+	if v, ok := m.Get("BenchmarkFillWatching", "statements/tick@100000"); !ok || v != 2.2 {
+		t.Errorf("statements/tick@100000 = %v (%v), want 2.2", v, ok)
+	}
+	if len(failed) != 1 || failed[0] != "example/sweep BenchmarkResetStuck" {
+		t.Errorf("failed = %v, want the sweep benchmark", failed)
+	}
+}
+
+func TestARowMetOnlyWhenEveryTargetIs(t *testing.T) {
+	row := Rows[0] // the burst: ≥ 0.6 × the limit, ≥ 20 × the loop
+	met := Metrics{"BenchmarkFillBurst": {"fill/limit": 0.73, "fill/loop": 40}}
+	if !row.Judge(met, nil).Met() {
+		t.Error("0.73 × the limit and 40 × the loop: not met, want met")
+	}
+	slow := Metrics{"BenchmarkFillBurst": {"fill/limit": 0.41, "fill/loop": 40}}
+	if row.Judge(slow, nil).Met() {
+		t.Error("0.41 × the limit: met, want missed")
+	}
+	if row.Judge(Metrics{}, nil).Met() {
+		t.Error("nothing reported: met, want missed")
+	}
+}
+
+func TestUpperBoundsAreUpper(t *testing.T) {
+	row := Rows[9] // cold start ≤ 30 ms, binaries ≤ 12 MB
+	ok := Metrics{"BenchmarkColdStart": {"slowest-init-ms": 20}, "BenchmarkBinarySize": {"largest-bytes": 11_862_178}}
+	if !row.Judge(ok, nil).Met() {
+		t.Error("20 ms and 11.9 MB: not met, want met")
+	}
+	big := Metrics{"BenchmarkColdStart": {"slowest-init-ms": 20}, "BenchmarkBinarySize": {"largest-bytes": 13_369_506}}
+	if row.Judge(big, nil).Met() {
+		t.Error("a 13.4 MB binary: met, want missed")
+	}
+}
+
+func TestLatencyRowReadsTheDemo(t *testing.T) {
+	row := Rows[10]
+	d := &Demo{OK: true, GraceS: 2, TickS: 0.5}
+	d.Placeholder.Reported = Latency{N: 10, P99: 0.9}
+	d.Placeholder.Unreported = Latency{N: 10, P99: 3.4}
+	if !row.Judge(nil, d).Met() {
+		t.Error("p99 0.9 s and 3.4 s against 1 s and 3.5 s: not met, want met")
+	}
+	d.Placeholder.Unreported.P99 = 8.3
+	if row.Judge(nil, d).Met() {
+		t.Error("unreported p99 8.3 s: met, want missed")
+	}
+	if row.Judge(nil, nil).Met() {
+		t.Error("no demo: met, want missed")
+	}
+}
+
+func TestRenderHasEveryRowAndTheMachine(t *testing.T) {
+	var buf bytes.Buffer
+	Render(&buf, Env{Machine: "AMD EPYC, 2 cores", LoadBefore: "0.50, 0.40, 0.30"}, Metrics{}, nil, nil)
+	out := buf.String()
+	for _, want := range []string{"AMD EPYC, 2 cores", "0.50, 0.40, 0.30", "| 1 |", "| 11 |", "## Fixes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("BENCHMARKS.md lacks %q", want)
+		}
+	}
+}

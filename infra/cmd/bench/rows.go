@@ -1,0 +1,304 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Demo is the part of the demo's summary (infra/cmd/demo, DEMO_SUMMARY)
+// row 11 reads.
+type Demo struct {
+	OK          bool    `json:"ok"`
+	Schedule    string  `json:"schedule"`
+	DurationS   float64 `json:"duration_s"`
+	HoldS       float64 `json:"hold_s"`
+	Publishers  int     `json:"publishers"`
+	GraceS      float64 `json:"grace_s"`
+	TickS       float64 `json:"tick_s"`
+	Committed   int     `json:"committed"`
+	RolledBack  int     `json:"rolled_back"`
+	Placeholder struct {
+		Reported   Latency `json:"reported"`
+		Unreported Latency `json:"unreported"`
+	} `json:"rollback_to_placeholder"`
+	Consumer struct {
+		Reported   Latency `json:"reported"`
+		Unreported Latency `json:"unreported"`
+	} `json:"rollback_to_consumer"`
+}
+
+// Latency is one group of the demo's latencies, in seconds.
+type Latency struct {
+	N    int     `json:"n"`
+	P50  float64 `json:"p50_s"`
+	P99  float64 `json:"p99_s"`
+	MaxS float64 `json:"max_s"`
+}
+
+// Row is one line of the table: what is measured, against what, the
+// target, and how to judge a run.
+type Row struct {
+	N        int
+	Work     string
+	Compared string
+	Target   string
+	Judge    func(m Metrics, d *Demo) Result
+}
+
+// Result is a row judged: the figures, one check per target, and the
+// detail lines for the row's section.
+type Result struct {
+	Checks []Check
+	Detail []string
+}
+
+// Check is one target's verdict.
+type Check struct {
+	What    string // the figure, as measured ("0.73 × the limit")
+	Target  string // "≥ 0.6"
+	OK      bool
+	Missing bool // the run did not report it
+}
+
+// Met says every check of the row passed.
+func (r Result) Met() bool {
+	for _, c := range r.Checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return len(r.Checks) > 0
+}
+
+// judge collects checks from metrics; a metric the run did not report
+// makes its check missing, never met.
+type judge struct {
+	m   Metrics
+	res Result
+}
+
+// at least: the figure must be at least min.
+func (j *judge) atLeast(bench, unit, label string, min float64, format string) {
+	j.compare(bench, unit, label, format, fmt.Sprintf("≥ %g", min), func(v float64) bool { return v >= min })
+}
+
+// atMost: the figure must be at most max.
+func (j *judge) atMost(bench, unit, label string, max float64, format string) {
+	j.compare(bench, unit, label, format, fmt.Sprintf("≤ %g", max), func(v float64) bool { return v <= max })
+}
+
+func (j *judge) compare(bench, unit, label, format, target string, ok func(float64) bool) {
+	v, found := j.m.Get(bench, unit)
+	if !found {
+		j.res.Checks = append(j.res.Checks, Check{What: label + ": not reported", Target: target, Missing: true})
+		return
+	}
+	j.res.Checks = append(j.res.Checks, Check{What: label + " " + fmt.Sprintf(format, v), Target: target, OK: ok(v)})
+}
+
+// detail lists a benchmark's every metric, for the row's section.
+func (j *judge) detail(bench string) {
+	values, ok := j.m[bench]
+	if !ok {
+		j.res.Detail = append(j.res.Detail, fmt.Sprintf("`%s`: not run", bench))
+		return
+	}
+	j.res.Detail = append(j.res.Detail, fmt.Sprintf("`%s`: %s", bench, formatMetrics(values)))
+}
+
+func formatMetrics(values map[string]float64) string {
+	units := make([]string, 0, len(values))
+	for u := range values {
+		if u != "ns/op" {
+			units = append(units, u)
+		}
+	}
+	slices.Sort(units)
+	parts := make([]string, len(units))
+	for i, u := range units {
+		parts[i] = fmt.Sprintf("%s %s", number(values[u]), u)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// number prints a figure with three significant digits, integers whole.
+func number(v float64) string {
+	switch {
+	case v == math.Trunc(v) && math.Abs(v) >= 1:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+const mb = 1_000_000
+
+// Rows are the table of BENCHMARKS.md, the targets of the product issue.
+var Rows = []Row{
+	{1, "fill: 10,000 abandoned sequences in one burst",
+		"a per-row insert loop; the limit: one bare `INSERT ... SELECT generate_series` of the same placeholders",
+		"≥ 0.6 × the limit's rows/s; ≥ 20 × the loop",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atLeast("BenchmarkFillBurst", "fill/limit", "writes after the proof at", 0.6, "%.2f × the limit")
+			j.atLeast("BenchmarkFillBurst", "fill/loop", "", 20, "%.0f × the loop")
+			j.detail("BenchmarkFillBurst")
+			return j.res
+		}},
+	{2, "fill: 10,000 gaps scattered among 100,000 new sequences; a 200,000 gap appearing while the fill runs",
+		"the limit as in 1",
+		"one cycle each; writes after the proof ≥ 0.3 × the limit",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atMost("BenchmarkFillScatteredGaps", "cycles", "scattered:", 1, "%.0f cycle")
+			j.atLeast("BenchmarkFillScatteredGaps", "fill/limit", "", 0.3, "%.2f × the limit")
+			j.atMost("BenchmarkFillLiveGap", "cycles", "live gap:", 1, "%.0f cycle")
+			j.atLeast("BenchmarkFillLiveGap", "fill/limit", "", 0.3, "%.2f × the limit")
+			j.detail("BenchmarkFillScatteredGaps")
+			j.detail("BenchmarkFillLiveGap")
+			return j.res
+		}},
+	{3, "sweep: 10,000 stuck delivered rows, beside 1M acked history rows",
+		"a per-row compare-and-set loop (the reference sweeper's); the limit: one bare `UPDATE` of the same rows",
+		"≥ 0.6 × the limit; ≥ 10 × the per-row loop; with the history ≤ 1.2 × without",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atLeast("BenchmarkResetStuck", "pass/limit", "", 0.6, "%.2f × the limit")
+			j.atLeast("BenchmarkResetStuck", "pass/per-row", "", 10, "%.1f × the loop")
+			j.atMost("BenchmarkResetStuck", "history/no-history", "with the history", 1.2, "%.2f × without")
+			j.detail("BenchmarkResetStuck")
+			return j.res
+		}},
+	{4, "compensate: a batch of 10 reports × 100 sequences",
+		"each message with its own statements (its check, then one per sequence)",
+		"≤ 3 statements for the batch; ≥ 5 × faster",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atMost("BenchmarkBatch10x100", "set-stmts/batch", "", 3, "%.0f statements")
+			j.atLeast("BenchmarkBatch10x100", "per-message/set", "", 5, "%.1f × faster")
+			j.detail("BenchmarkBatch10x100")
+			return j.res
+		}},
+	{5, "healthy watching fill on tables of 100k, 1M and 10M rows",
+		"the pass on each size",
+		"statements per tick constant; time at 10M ≤ 1.5 × at 100k",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			// Constant: the same within a tenth (a writer's commit landing
+			// on one tick or the next moves the mean by that much).
+			j.compare("BenchmarkFillWatching", "statements/smallest-table", "statements per tick at 10M", "%.2f × at 100k", "within 1 ± 0.1",
+				func(v float64) bool { return v >= 0.9 && v <= 1.1 })
+			j.atMost("BenchmarkFillWatching", "db-time/smallest-table", "database time per tick at 10M", 1.5, "%.2f × at 100k")
+			j.detail("BenchmarkFillWatching")
+			return j.res
+		}},
+	{6, "prune: 1M acked deliveries and 1M events past retention",
+		"one bare `DELETE` of the same rows (per table)",
+		"≥ 0.5 × the limit's rows/s, never holding a lock longer than one batch",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atLeast("BenchmarkPrune", "prune/limit", "", 0.5, "%.2f × the limit")
+			// Every statement of a pass is one batch and its own
+			// transaction: its longest statement is its longest lock.
+			longest, ok1 := m.Get("BenchmarkPrune", "longest-statement-ms")
+			bare, ok2 := m.Get("BenchmarkPrune", "bare-delete-ms")
+			c := Check{Target: "one batch (5000 rows)", Missing: !ok1 || !ok2}
+			if !c.Missing {
+				c.What = fmt.Sprintf("longest lock %.0f ms (one batch; the bare DELETE holds its for %.0f ms)", longest, bare)
+				c.OK = longest < bare
+			} else {
+				c.What = "longest lock: not reported"
+			}
+			j.res.Checks = append(j.res.Checks, c)
+			j.detail("BenchmarkPrune")
+			return j.res
+		}},
+	{7, "`read_events` paging through 1M events (pages of 100, the consumer's own call)",
+		"a bare index range scan of the same rows, decoded the same",
+		"≥ 0.5 × the limit",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atLeast("BenchmarkReadEvents", "pgx-default-bare/read_events", "pgx's default pool:", 0.5, "%.2f × the limit")
+			j.atLeast("BenchmarkReadEvents", "pooler-safe-bare/read_events", "pooler-safe pool:", 0.5, "%.2f × the limit")
+			j.detail("BenchmarkReadEvents")
+			return j.res
+		}},
+	{8, "publish: `shared/outbox` Publish and SQL `publish()`, notification off and on",
+		"a bare `INSERT ... DEFAULT nextval` in the same transaction shape, with fsync on (a throwaway durable cluster) and off (the test cluster)",
+		"≤ 1.2 × the bare insert with fsync on; the fsync-off ratio reported",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atMost("BenchmarkPublish", "fsync-on-go/bare", "fsync on, Go Publish:", 1.2, "%.2f × bare")
+			j.atMost("BenchmarkPublish", "fsync-on-sql/bare", "fsync on, publish():", 1.2, "%.2f × bare")
+			j.atMost("BenchmarkPublish", "fsync-on-go-notify/bare", "fsync on, Go Publish + notification:", 1.2, "%.2f × bare")
+			j.atMost("BenchmarkPublish", "fsync-on-sql-notify/bare", "fsync on, publish() + notification:", 1.2, "%.2f × bare")
+			for _, arm := range []string{"go", "sql", "go-notify", "sql-notify"} {
+				if v, ok := m.Get("BenchmarkPublish", "fsync-off-"+arm+"/bare"); ok {
+					j.res.Detail = append(j.res.Detail, fmt.Sprintf("fsync off, %s: %.2f × bare", arm, v))
+				}
+			}
+			j.detail("BenchmarkPublish")
+			return j.res
+		}},
+	{9, "the pooler: every function's pass",
+		"the same pass straight to the server and through PgBouncer in transaction mode",
+		"≤ 1.3 × direct",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			for _, p := range []struct{ bench, name string }{
+				{"BenchmarkFillPooler", "fill"}, {"BenchmarkSweepPooler", "sweep"},
+				{"BenchmarkCompensatePooler", "compensate"}, {"BenchmarkPrunePooler", "prune"},
+			} {
+				j.atMost(p.bench, "pgbouncer/direct", p.name+":", 1.3, "%.2f × direct")
+				j.detail(p.bench)
+			}
+			return j.res
+		}},
+	{10, "cold start and size",
+		"process start → first response of each real bootstrap under aws-lambda-rie; each binary as `sam build` makes it (linux/arm64, stripped)",
+		"init ≤ 30 ms; each binary ≤ 12 MB",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atMost("BenchmarkColdStart", "slowest-init-ms", "slowest init", 30, "%.1f ms")
+			j.atMost("BenchmarkBinarySize", "largest-bytes", "largest binary", 12*mb, "%.0f B")
+			j.detail("BenchmarkColdStart")
+			j.detail("BenchmarkBinarySize")
+			return j.res
+		}},
+	{11, "end-to-end latency in the local stack, on the template's schedules, no older transaction open",
+		"rollback → placeholder visible, reported (SQS) and unreported (fill); rollback → consumer past the sequence",
+		"reported p99 ≤ 1 s; unreported p99 ≤ grace + tick + 1 s",
+		func(_ Metrics, d *Demo) Result {
+			var res Result
+			if d == nil {
+				res.Checks = []Check{{What: "the demo did not run", Target: "its summary", Missing: true}}
+				return res
+			}
+			bound := d.GraceS + d.TickS + 1
+			res.Checks = []Check{
+				{What: fmt.Sprintf("reported p99 %.2f s", d.Placeholder.Reported.P99), Target: "≤ 1 s",
+					OK: d.Placeholder.Reported.N > 0 && d.Placeholder.Reported.P99 <= 1},
+				{What: fmt.Sprintf("unreported p99 %.2f s", d.Placeholder.Unreported.P99), Target: fmt.Sprintf("≤ %.1f s", bound),
+					OK: d.Placeholder.Unreported.N > 0 && d.Placeholder.Unreported.P99 <= bound},
+				{What: "the demo's verdict", Target: "every check passes", OK: d.OK},
+			}
+			line := func(name string, l Latency) string {
+				return fmt.Sprintf("%s: n=%d, p50 %.2f s, p99 %.2f s, max %.2f s", name, l.N, l.P50, l.P99, l.MaxS)
+			}
+			res.Detail = []string{
+				fmt.Sprintf("`make demo` with `DEMO_HOLD=0` (no held transaction): %s; %d publishers for %.0f s; grace %.1f s, tick %.1f s; %d committed, %d rolled back",
+					d.Schedule, d.Publishers, d.DurationS, d.GraceS, d.TickS, d.Committed, d.RolledBack),
+				line("rollback → placeholder, reported (compensate)", d.Placeholder.Reported),
+				line("rollback → placeholder, unreported (fill)", d.Placeholder.Unreported),
+				line("rollback → consumer past it, reported", d.Consumer.Reported),
+				line("rollback → consumer past it, unreported", d.Consumer.Unreported),
+			}
+			return res
+		}},
+}
