@@ -2,7 +2,6 @@ package sweep_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -140,12 +139,6 @@ func BenchmarkResetStuck(b *testing.B) {
 	b.ReportMetric(limit/set, "pass/limit")
 	b.ReportMetric(row/set, "pass/per-row")
 	b.ReportMetric(set/noHistory, "history/no-history")
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // BenchmarkSweepPooler: one pass with the defaults over 10,000 stuck rows,
