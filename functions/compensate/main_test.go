@@ -110,7 +110,6 @@ func (w *world) pump(t *testing.T, timeout time.Duration, done func() bool) (inv
 			QueueUrl:                    aws.String(w.src),
 			MaxNumberOfMessages:         10,
 			WaitTimeSeconds:             1,
-			AttributeNames:              []sqstypes.QueueAttributeName{"All"},
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
 		})
