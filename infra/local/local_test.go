@@ -90,7 +90,7 @@ func TestParseRateReadsRateExpressionsOnly(t *testing.T) {
 			t.Errorf("ParseRate(%q) = %s, want %s", expr, got, want)
 		}
 	}
-	for _, bad := range []string{"cron(0 * * * ? *)", "rate(0 minutes)", "rate(1 fortnight)", "rate(minute)"} {
+	for _, bad := range []string{"cron(0 * * * ? *)", "rate(0 minutes)", "rate(1 fortnight)", "rate(minute)", "1 minute)", "rate(1 minute"} {
 		if _, err := ParseRate(bad); err == nil {
 			t.Errorf("ParseRate(%q) accepted", bad)
 		}

@@ -188,8 +188,9 @@ func (r *tmplReader) rate(keys ...string) time.Duration {
 // "rate(5 hours)", as the period it fires with. Cron expressions are not
 // rates and are refused.
 func ParseRate(expr string) (time.Duration, error) {
-	inner, ok := strings.CutPrefix(strings.TrimSpace(expr), "rate(")
-	if inner, ok = strings.CutSuffix(inner, ")"); !ok {
+	inner, hasPrefix := strings.CutPrefix(strings.TrimSpace(expr), "rate(")
+	inner, hasSuffix := strings.CutSuffix(inner, ")")
+	if !hasPrefix || !hasSuffix {
 		return 0, fmt.Errorf("schedule %q is not a rate(...) expression", expr)
 	}
 	fields := strings.Fields(inner)
