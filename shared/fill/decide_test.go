@@ -12,30 +12,31 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 
 func u64(v uint64) *uint64 { return &v }
 
-func TestInitialWatermarkStartsAtZeroUnlessHistoryWasPruned(t *testing.T) {
+func TestPassOverPrefixOnlyALongProvenPrefixOfTheOutbox(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name         string
-		lowest, head int64
-		page         int
-		wantW        int64
-		wantAnchored bool
+		name       string
+		w, first   int64
+		top        int64
+		historical bool
+		page       int
+		wantW      int64
 	}{
-		{"fresh outbox", 0, 0, 1000, 0, true},
-		{"first writers burned 1..2", 3, 5, 1000, 0, true},
-		{"young outbox, all burned so far", 0, 7, 1000, 0, true},
-		{"lowest at the page edge is still young", 1001, 1200, 1000, 0, true},
-		{"pruned history is never refilled", 1002, 1200, 1000, 1001, true},
-		{"pruned to nothing waits for a row", 0, 5000, 1000, 0, false},
+		{"first writers burned 1..2: filled", 0, 3, 5, true, 1000, 0},
+		{"a run of exactly a page is filled", 0, 1001, 1200, true, 1000, 0},
+		{"a run longer than a page is passed over", 0, 1002, 1200, true, 1000, 1001},
+		{"nothing present up to top: all of it", 0, 0, 5000, true, 1000, 5000},
+		{"capped at top, the proof's reach", 0, 9000, 5000, true, 1000, 5000},
+		{"first present above top: capped", 0, 5001, 5000, true, 1000, 5000},
+		{"past the start: nothing to pass over", 1, 5000, 6000, true, 1000, 1},
+		{"a live stall is filled, never passed over", 0, 5000, 6000, false, 1000, 0},
 	}
 	for _, c := range cases {
-		w, ok := initialWatermark(c.lowest, c.head, c.page)
-		if w != c.wantW {
-			t.Errorf("%s: watermark = %d, want %d", c.name, w, c.wantW)
-		}
-		if ok != c.wantAnchored {
-			t.Errorf("%s: anchored = %v, want %v", c.name, ok, c.wantAnchored)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if w := passOverPrefix(c.w, c.first, c.top, c.historical, c.page); w != c.wantW {
+				t.Errorf("passOverPrefix(%d, %d, %d, %v, %d) = %d, want %d", c.w, c.first, c.top, c.historical, c.page, w, c.wantW)
+			}
+		})
 	}
 }
 

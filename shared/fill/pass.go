@@ -254,9 +254,8 @@ func (p *pass) step(ctx context.Context) (outcome, error) {
 }
 
 // readHead polls the lease and the head (one statement), records the head
-// for dating stalls, and anchors a table the fill has never started on.
-// held is false when the step ends here: the lease went to a successor,
-// or there is nothing to anchor on yet.
+// for dating stalls, and starts a table the fill has never started on.
+// held is false when the step ends here: the lease went to a successor.
 func (p *pass) readHead(ctx context.Context) (o outcome, held bool, err error) {
 	p.res.Ticks++
 	tick, err := p.s.lease.pollTick(ctx, p.q, p.owner)
@@ -269,21 +268,16 @@ func (p *pass) readHead(ctx context.Context) (o outcome, held bool, err error) {
 	p.successor = tick.Successor
 	p.head, p.res.headRead = tick.Head, true
 	p.heads.add(p.s.opts.Now(), p.head, max(p.s.cfg.Grace, 0)+p.s.cfg.Tick)
-	if p.st.Started {
-		return 0, true, nil
+	if !p.st.Started {
+		// The anchor is 0, which passes nothing: whatever is missing below
+		// the lowest present row may belong to a writer still running, so
+		// it is a historical cycle like any gap the first run sees, and
+		// only its proof may move the watermark over it (passOverPrefix).
+		// The historical boundary is the head polled above: strictly
+		// before any marker, which a later statement assigns.
+		p.st.Started, p.st.Watermark, p.st.HistoricalHead = true, 0, p.head
+		p.dirty = true
 	}
-	lowest, err := p.s.events.Lowest(ctx, p.q)
-	if err != nil {
-		return 0, false, err
-	}
-	w, ok := initialWatermark(lowest, p.head, p.s.cfg.PageSize)
-	if !ok {
-		return caughtUp, false, nil // nothing to anchor on yet
-	}
-	// The historical boundary is the head polled above: strictly before
-	// any marker, which a later statement assigns.
-	p.st.Started, p.st.Watermark, p.st.HistoricalHead = true, w, p.head
-	p.dirty = true
 	return 0, true, nil
 }
 
@@ -389,6 +383,18 @@ func (p *pass) fillCycle(ctx context.Context) (bool, error) {
 				return false, err
 			}
 			g.feed(page, p.s.cfg.PageSize)
+			// Read after the proof passed, so every sequence below the
+			// first present row is missing for good (§3.3).
+			first := int64(0)
+			if len(page) > 0 {
+				first = page[0]
+			}
+			if to := passOverPrefix(g.pos, first, g.top, c.Historical, p.s.cfg.PageSize); to > g.pos {
+				g.skipTo(to)
+				p.setWatermark(g.pos)
+				p.res.PassedOver += g.pos
+				p.dirty = true
+			}
 		}
 		pending = append(pending, g.next(limit-len(pending))...)
 		switch {

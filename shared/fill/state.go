@@ -15,10 +15,10 @@ import (
 // would keep in memory between ticks. The lease columns of the same row
 // are in lease.go; every statement on the table is in one of the two files.
 type State struct {
-	// Started is false until the first pass anchored the watermark.
+	// Started is false until the first pass anchored the watermark at 0.
 	Started bool
-	// Watermark: every sequence in (anchor, Watermark] is present. Only
-	// ever raised.
+	// Watermark: every sequence up to it is present or proven never to be
+	// written (§3.3). Only ever raised.
 	Watermark int64
 	// HistoricalHead is the head the first run read: a gap at or below it
 	// was there before the fill, and needs no grace.
