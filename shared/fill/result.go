@@ -60,8 +60,12 @@ type Result struct {
 	Ticks int `json:"ticks"`
 	// LeaseWaitMS is how long a watching pass waited for the lease.
 	LeaseWaitMS int64 `json:"lease_wait_ms"`
-	// HandedOver says the pass gave its lease to a waiting successor.
+	// HandedOver says the pass gave its lease to a waiting successor and
+	// saw it act as owner (or its budget ended while it waited).
 	HandedOver bool `json:"handed_over"`
+	// TakenBack counts hand-overs the pass took back because the
+	// successor never acted as owner (it died on the way).
+	TakenBack int `json:"taken_back"`
 	// Retries counts transient database errors the pass recovered from.
 	Retries int `json:"retries"`
 	// OperatorFilled counts placeholders operators wrote with
