@@ -269,3 +269,44 @@ func TestStallAgeCountsFromTheFirstSighting(t *testing.T) {
 		t.Errorf("first seen 3s ago: stallAge = %v, want 3s", got)
 	}
 }
+
+func TestGapCursorSkipToPassesOverWithoutYielding(t *testing.T) {
+	t.Parallel()
+	g := newGapCursor(0, 20)
+	g.feed([]int64{12, 14}, 1000)
+	g.skipTo(11)
+	if got, want := g.next(100), []int64{13, 15, 16, 17, 18, 19, 20}; !slices.Equal(got, want) {
+		t.Errorf("next after skipTo(11) = %v, want %v: nothing at or below 11", got, want)
+	}
+	g = newGapCursor(0, 5)
+	g.skipTo(9)
+	if !g.done() {
+		t.Errorf("skipTo past top: pos %d, want done at top 5", g.pos)
+	}
+}
+
+func TestLeaseLastsFourTicksAndAtLeastASecond(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		tick, want time.Duration
+	}{
+		{DefaultTick, 2 * time.Second},
+		{time.Second, 4 * time.Second},
+		{50 * time.Millisecond, time.Second},
+	}
+	for _, c := range cases {
+		if got := leaseTTL(c.tick); got != c.want {
+			t.Errorf("leaseTTL(%s) = %s, want %s", c.tick, got, c.want)
+		}
+	}
+}
+
+func TestAckWindowIsATickAndAPollAtLeast(t *testing.T) {
+	t.Parallel()
+	if got, want := ackWindow(DefaultTick), DefaultTick+leasePoll; got != want {
+		t.Errorf("ackWindow(%s) = %s, want %s", DefaultTick, got, want)
+	}
+	if got, want := ackWindow(10*time.Millisecond), minAck+leasePoll; got != want {
+		t.Errorf("ackWindow(10ms) = %s, want %s: never under the floor", got, want)
+	}
+}
