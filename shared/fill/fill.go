@@ -97,11 +97,12 @@ func (c Config) Validate() error {
 	return v.Err()
 }
 
-// The lease outlives its last renewal by LeaseTicks ticks, and never by
-// less than MinLeaseTTL (2s at the default tick). A holder renews it every
-// third of that while it works (with the tick's poll, about every other
-// tick), so only a pass that crashed, or one stuck in a statement that
-// long, lets it run out; the next pass then takes over a few ticks later.
+// The lease outlives its last renewal by LeaseTicks ticks (2s at the
+// default tick), and never by less than MinLeaseTTL, which a slow
+// statement on a loaded server may take. A holder renews it every third
+// of that while it works (at the default tick, every other tick), so only
+// a pass that crashed, or one stuck in a statement that long, lets it run
+// out; the next pass then takes over a few ticks later.
 const (
 	LeaseTicks  = 4
 	MinLeaseTTL = time.Second
