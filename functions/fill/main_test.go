@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testcluster"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 )
 
@@ -128,6 +129,113 @@ func TestEndToEndUnderRIE(t *testing.T) {
 	if !strings.Contains(logs, `"PassDurationMs"`) {
 		t.Error("no PassDurationMs metric")
 	}
+}
+
+// pg_ctl stop -m immediate in the middle of a proof, and a restart: the
+// invocation in flight retries through the outage and answers normally,
+// and gives its lease back, so the next pass does not wait for it. On a
+// cluster of the test's own, so the crash disturbs no other test.
+func TestImmediateStopMidProofAnswersNormallyUnderRIE(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{})
+	db := testdb.NewOn(t, c.URL("postgres", c.Password, "postgres", "sslmode=disable"))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	// A writer holds sequence 2 open, above the first run's 1 and below
+	// its 3: the pass's proof waits on it. The crash ends it unwritten.
+	writer := db.Connect(t)
+	wtx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wtx.Exec(ctx, `SELECT outbox.publish('t', '{"held":true}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+
+	fn := lambdatest.Start(t, lambdatest.Build(t, "fill"), map[string]string{
+		"DATABASE_URL":     db.URL,
+		"FILL_GRACE":       "0s",
+		"FILL_PASS_BUDGET": "8s",
+		"FILL_WATCH":       "false",
+	})
+	invoke := func() (map[string]any, error) {
+		out, err := fn.Invoke(ctx, []byte(`{"source":"outboxkeeper.schedule"}`))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s", err, out)
+		}
+		var res map[string]any
+		if err := json.Unmarshal(out, &res); err != nil {
+			return nil, fmt.Errorf("response is not JSON: %s", out)
+		}
+		return res, nil
+	}
+	type answer struct {
+		res map[string]any
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() { res, err := invoke(); first <- answer{res, err} }()
+
+	// Until the pass polls the proof: its marker is persisted.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var marked bool
+		if err := db.Pool.QueryRow(ctx, `SELECT cycle_marker IS NOT NULL FROM outbox.fill_state`).Scan(&marked); err != nil {
+			t.Fatal(err)
+		}
+		if marked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pass never took its marker\n%s", fn.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(600 * time.Millisecond) // a tick or so into the proof
+	c.Crash(t)
+	time.Sleep(700 * time.Millisecond) // down for more than a tick
+	c.Restart(t)
+
+	a := <-first
+	if a.err != nil {
+		t.Fatalf("the invocation in flight: %v\nlogs:\n%s", a.err, fn.Logs())
+	}
+	t.Logf("in flight across the crash: %v", a.res)
+	if a.res["error"] != nil {
+		t.Errorf("error = %v, want none", a.res["error"])
+	}
+	if n, _ := a.res["retries"].(float64); n < 1 {
+		t.Errorf("retries = %v, want the outage retried", a.res["retries"])
+	}
+	// Crash recovery moves the sequence past the values it had logged
+	// ahead (up to 32): allocated, never written, and filled like 2.
+	var head float64
+	if err := db.Pool.QueryRow(ctx, `SELECT outbox.allocation_head()`).Scan(&head); err != nil {
+		t.Fatal(err)
+	}
+	wantFields(t, "in flight across the crash", a.res, map[string]any{"filled": head - 2, "watermark": head, "waiting": nil})
+	var filledBy *string
+	if err := db.Pool.QueryRow(ctx, `SELECT filled_by FROM outbox.events WHERE sequence = 2`).Scan(&filledBy); err != nil || filledBy == nil || *filledBy != "fill" {
+		t.Errorf("sequence 2: filled_by %v (%v), want fill", show(filledBy), err)
+	}
+	var owner *string
+	if err := db.Pool.QueryRow(ctx, `SELECT lease_owner FROM outbox.fill_state`).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	if owner != nil {
+		t.Errorf("lease_owner = %q after the invocation, want it given back", *owner)
+	}
+	next, err := invoke()
+	if err != nil {
+		t.Fatalf("the next invocation: %v", err)
+	}
+	wantFields(t, "the next pass", next, map[string]any{"waiting": nil, "lease_wait_ms": 0.0, "watermark": head})
 }
 
 // wantFields checks fields of a JSON response, one by one (numbers decode

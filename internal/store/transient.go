@@ -12,19 +12,42 @@ import (
 )
 
 // Transient says whether a database error may go away on its own, so the
-// same statement is worth sending again after COMPENSATE_RETRY_INTERVAL.
+// same statement is worth sending again after COMPENSATE_RETRY_INTERVAL
+// (or the fill's tick). Every caller sends statements that are safe to
+// repeat: the lost one may have run.
 //
 // Server errors are classified by SQLSTATE class:
 //   - 08 connection exception (the server went away, or refused us);
 //   - 40 transaction rollback (serialization failure, deadlock detected);
 //   - 53 insufficient resources (too_many_connections, out of memory);
-//   - 57P operator intervention: admin/crash shutdown, cannot connect now
-//     (failover, restart). 57014 query_canceled is not here: that is our
-//     own deadline or an operator's cancel, and retrying it would only
-//     overrun the budget.
+//   - 57P operator intervention: admin shutdown (57P01, also
+//     pg_terminate_backend), crash shutdown (57P02), cannot connect now
+//     (57P03: starting up, shutting down, in recovery). 57014
+//     query_canceled is not here: that is our own deadline or an
+//     operator's cancel, and retrying it would only overrun the budget.
 //
-// Client-side failures to reach the server (refused, reset, EOF, a dial
-// timeout) are transient too. Our own context ending is not.
+// A PgError inside a *pgconn.ConnectError (57P03 while the server
+// restarts) is judged by its code first, so a refused password stays
+// permanent.
+//
+// Client-side, every way pgx v5 reports a connection lost after a crash or
+// a restart is transient:
+//   - *pgconn.ConnectError: a dial refused, reset or timed out;
+//   - pgconn.ErrConnClosed ("conn closed"): a statement on a connection
+//     the driver already closed. After a crash this is what a batch
+//     reports (store.Bounded sends every statement as one): reading the
+//     first result swallows the read's EOF, closes the connection, and the
+//     next read of the same batch returns ErrConnClosed, which pgx does
+//     not mark safe to retry because the batch may have reached the
+//     server;
+//   - SafeToRetry errors: a connection that could not be locked ("conn
+//     busy", "conn closed", "conn uninitialized") or a context already
+//     done before anything was sent;
+//   - io.ErrUnexpectedEOF (pgproto3's EOF inside a message: rows cut off
+//     mid-result), io.EOF, ECONNREFUSED, ECONNRESET, EPIPE, net.ErrClosed
+//     and any other net.Error (a read or write on a dead socket).
+//
+// Our own context ending is not.
 func Transient(err error) bool {
 	if err == nil {
 		return false
@@ -43,7 +66,7 @@ func Transient(err error) bool {
 		return true
 	}
 	// pgx says so when the statement never reached the server.
-	if pgconn.SafeToRetry(err) {
+	if pgconn.SafeToRetry(err) || errors.Is(err, pgconn.ErrConnClosed) {
 		return true
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||

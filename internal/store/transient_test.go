@@ -25,12 +25,14 @@ func TestTransientOnlyForErrorsARetryCanCure(t *testing.T) {
 		{pgErr("40P01"), true},  // deadlock_detected
 		{pgErr("53300"), true},  // too_many_connections
 		{pgErr("57P01"), true},  // admin_shutdown
+		{pgErr("57P02"), true},  // crash_shutdown
 		{pgErr("57P03"), true},  // cannot_connect_now
 		{pgErr("57014"), false}, // query_canceled: our own deadline
 		{pgErr("23505"), false}, // unique_violation
 		{pgErr("42P01"), false}, // undefined_table
 		{pgErr("28P01"), false}, // invalid_password
 		{fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
+		{fmt.Errorf("read allocation head: %w", pgconn.ErrConnClosed), true}, // a batch after a crash
 		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), true},
 		{fmt.Errorf("read: %w", syscall.ECONNRESET), true},
 		{context.DeadlineExceeded, false},

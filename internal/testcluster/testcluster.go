@@ -135,6 +135,23 @@ func (c *Cluster) Exec(t testing.TB, sql string, args ...any) {
 	}
 }
 
+// Crash stops the server as a crash would: pg_ctl stop -m immediate, no
+// shutdown checkpoint, every connection cut at once; the next Restart
+// runs crash recovery. For tests of what a client does when its server
+// goes away under it, which the shared stack's cluster cannot show
+// without disturbing every other test.
+func (c *Cluster) Crash(t testing.TB) {
+	t.Helper()
+	c.run(t, "pg_ctl", "stop", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "-t", "60")
+}
+
+// Restart starts the server again after Crash, on the same port, and
+// returns once it accepts connections.
+func (c *Cluster) Restart(t testing.TB) {
+	t.Helper()
+	c.run(t, "pg_ctl", "start", "-D", filepath.Join(c.dir, "data"), "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60")
+}
+
 // Log is the server's log so far.
 func (c *Cluster) Log() string {
 	b, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))

@@ -6,28 +6,30 @@ import "time"
 // unit tested without a database (decide_test.go). The pass in pass.go
 // only reads, calls these, and writes.
 
-// initialWatermark anchors the first run. Sequences start at 1, so an
-// outbox whose first present row (head+1 for an empty table) lies within one
-// page of the start is young: whatever is missing below it was burned by its
-// first writers, and is a historical gap to fill, or a consumer starting at
-// 0 would wait on sequence 1 forever. Further up, the missing prefix is
-// history that was pruned: the anchor goes just below the lowest present
-// row, since refilling 1..lowest could write millions of placeholders nobody
-// reads. An empty table with a head beyond a page is pruned down to nothing;
-// it has no anchor yet (ok=false) and the pass waits for the first row.
-func initialWatermark(lowest, head int64, pageSize int) (w int64, ok bool) {
-	first := lowest
-	if first <= 0 {
-		first = head + 1
+// passOverPrefix is how far a proven historical cycle over the start of
+// the outbox (watermark 0, so nothing was ever passed) moves the watermark
+// without writing: up to just below the first present row, capped at top
+// (the cycle's marker head and the head read this pass), when that run is
+// longer than a page. first is the lowest present sequence, 0 for none up
+// to top, read after the proof passed: every sequence of the run is
+// missing now and, proven, can never be written (§3.3), whatever made it
+// missing (writers that rolled back, a prefix deleted by an earlier
+// retention, a sequence started high), so passing it over is as sound as
+// filling it; refilling a long one would write placeholders nobody reads.
+// A shorter run (a young outbox whose first writers rolled back) is filled
+// as any gap is. Anything else returns w.
+func passOverPrefix(w, first, top int64, historical bool, pageSize int) int64 {
+	if w != 0 || !historical {
+		return w
 	}
-	switch {
-	case first-1 <= int64(pageSize):
-		return 0, true
-	case lowest <= 0:
-		return 0, false
-	default:
-		return lowest - 1, true
+	end := top
+	if first > 0 {
+		end = min(end, first-1)
 	}
+	if end <= int64(pageSize) {
+		return w
+	}
+	return end
 }
 
 // advance moves the watermark over the contiguous prefix of page (present
@@ -147,6 +149,14 @@ type gapCursor struct {
 
 func newGapCursor(from, top int64) *gapCursor {
 	return &gapCursor{pos: from, top: top, pageEnd: from}
+}
+
+// skipTo moves pos to to without yielding what lies before it: the
+// proven prefix passOverPrefix passes over.
+func (g *gapCursor) skipTo(to int64) {
+	if to > g.pos {
+		g.pos = min(to, g.top)
+	}
 }
 
 // done says every sequence up to top has been looked at.

@@ -12,30 +12,31 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 
 func u64(v uint64) *uint64 { return &v }
 
-func TestInitialWatermarkStartsAtZeroUnlessHistoryWasPruned(t *testing.T) {
+func TestPassOverPrefixOnlyALongProvenPrefixOfTheOutbox(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name         string
-		lowest, head int64
-		page         int
-		wantW        int64
-		wantAnchored bool
+		name       string
+		w, first   int64
+		top        int64
+		historical bool
+		page       int
+		wantW      int64
 	}{
-		{"fresh outbox", 0, 0, 1000, 0, true},
-		{"first writers burned 1..2", 3, 5, 1000, 0, true},
-		{"young outbox, all burned so far", 0, 7, 1000, 0, true},
-		{"lowest at the page edge is still young", 1001, 1200, 1000, 0, true},
-		{"pruned history is never refilled", 1002, 1200, 1000, 1001, true},
-		{"pruned to nothing waits for a row", 0, 5000, 1000, 0, false},
+		{"first writers burned 1..2: filled", 0, 3, 5, true, 1000, 0},
+		{"a run of exactly a page is filled", 0, 1001, 1200, true, 1000, 0},
+		{"a run longer than a page is passed over", 0, 1002, 1200, true, 1000, 1001},
+		{"nothing present up to top: all of it", 0, 0, 5000, true, 1000, 5000},
+		{"capped at top, the proof's reach", 0, 9000, 5000, true, 1000, 5000},
+		{"first present above top: capped", 0, 5001, 5000, true, 1000, 5000},
+		{"past the start: nothing to pass over", 1, 5000, 6000, true, 1000, 1},
+		{"a live stall is filled, never passed over", 0, 5000, 6000, false, 1000, 0},
 	}
 	for _, c := range cases {
-		w, ok := initialWatermark(c.lowest, c.head, c.page)
-		if w != c.wantW {
-			t.Errorf("%s: watermark = %d, want %d", c.name, w, c.wantW)
-		}
-		if ok != c.wantAnchored {
-			t.Errorf("%s: anchored = %v, want %v", c.name, ok, c.wantAnchored)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if w := passOverPrefix(c.w, c.first, c.top, c.historical, c.page); w != c.wantW {
+				t.Errorf("passOverPrefix(%d, %d, %d, %v, %d) = %d, want %d", c.w, c.first, c.top, c.historical, c.page, w, c.wantW)
+			}
+		})
 	}
 }
 
@@ -266,5 +267,46 @@ func TestStallAgeCountsFromTheFirstSighting(t *testing.T) {
 	}
 	if got := stallAge(&Cycle{FirstSeenAt: t0}, t0.Add(3*time.Second)); got != 3*time.Second {
 		t.Errorf("first seen 3s ago: stallAge = %v, want 3s", got)
+	}
+}
+
+func TestGapCursorSkipToPassesOverWithoutYielding(t *testing.T) {
+	t.Parallel()
+	g := newGapCursor(0, 20)
+	g.feed([]int64{12, 14}, 1000)
+	g.skipTo(11)
+	if got, want := g.next(100), []int64{13, 15, 16, 17, 18, 19, 20}; !slices.Equal(got, want) {
+		t.Errorf("next after skipTo(11) = %v, want %v: nothing at or below 11", got, want)
+	}
+	g = newGapCursor(0, 5)
+	g.skipTo(9)
+	if !g.done() {
+		t.Errorf("skipTo past top: pos %d, want done at top 5", g.pos)
+	}
+}
+
+func TestLeaseLastsFourTicksAndAtLeastASecond(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		tick, want time.Duration
+	}{
+		{DefaultTick, 2 * time.Second},
+		{time.Second, 4 * time.Second},
+		{50 * time.Millisecond, time.Second},
+	}
+	for _, c := range cases {
+		if got := leaseTTL(c.tick); got != c.want {
+			t.Errorf("leaseTTL(%s) = %s, want %s", c.tick, got, c.want)
+		}
+	}
+}
+
+func TestAckWindowIsATickAndAPollAtLeast(t *testing.T) {
+	t.Parallel()
+	if got, want := ackWindow(DefaultTick), DefaultTick+leasePoll; got != want {
+		t.Errorf("ackWindow(%s) = %s, want %s", DefaultTick, got, want)
+	}
+	if got, want := ackWindow(10*time.Millisecond), minAck+leasePoll; got != want {
+		t.Errorf("ackWindow(10ms) = %s, want %s: never under the floor", got, want)
 	}
 }

@@ -97,11 +97,21 @@ func (c Config) Validate() error {
 	return v.Err()
 }
 
-// DefaultLeaseTTL is how long a lease outlives its last renewal. A holder
-// renews it every third of this while it works, so only a pass that
-// crashed, or one stuck in a statement for that long, lets it run out;
-// then the next pass takes over after at most this long.
-const DefaultLeaseTTL = 10 * time.Second
+// The lease outlives its last renewal by LeaseTicks ticks (2s at the
+// default tick), and never by less than MinLeaseTTL, which a slow
+// statement on a loaded server may take. A holder renews it every third
+// of that while it works (at the default tick, every other tick), so only
+// a pass that crashed, or one stuck in a statement that long, lets it run
+// out; the next pass then takes over a few ticks later.
+const (
+	LeaseTicks  = 4
+	MinLeaseTTL = time.Second
+)
+
+// leaseTTL is the lease period for a tick.
+func leaseTTL(tick time.Duration) time.Duration {
+	return max(LeaseTicks*tick, MinLeaseTTL)
+}
 
 // Options are the injectable parts of a Service.
 type Options struct {
@@ -112,7 +122,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics receives the EMF line per pass; metrics.New("fill") by default.
 	Metrics *metrics.Emitter
-	// LeaseTTL overrides DefaultLeaseTTL.
+	// LeaseTTL overrides the lease period (LeaseTicks ticks, at least
+	// MinLeaseTTL).
 	LeaseTTL time.Duration
 }
 
@@ -132,7 +143,19 @@ type Service struct {
 	// Tests use them to act exactly there.
 	afterHeadRead func(head int64)
 	beforeInsert  func(seqs []int64)
+	// onLease runs at the steps of taking the lease (leaseEvent), with
+	// the pass's lease token: tests stop a successor exactly there.
+	onLease func(ev leaseEvent, owner string)
 }
+
+// leaseEvent is a step of a pass taking the lease, for Service.onLease.
+type leaseEvent int
+
+const (
+	leasePolling    leaseEvent = iota // before a waiting pass polls the lease again
+	leaseRegistered                   // a watching pass found the lease held and registered as successor
+	leaseTaken                        // the pass took the lease (free, expired, or handed to it)
+)
 
 // New applies the defaults, validates cfg and builds a Service. db is
 // normally the function's pool: every statement is its own transaction, so
@@ -152,7 +175,7 @@ func New(db store.DB, cfg Config, opts Options) (*Service, error) {
 	}
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	opts.Metrics = cmp.Or(opts.Metrics, metrics.New("fill"))
-	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, DefaultLeaseTTL)
+	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, leaseTTL(cfg.Tick))
 	return &Service{
 		db:     db,
 		events: store.NewEvents(schema),

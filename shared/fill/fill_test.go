@@ -944,37 +944,47 @@ func TestRuleNeverOverwriteARowWrittenAfterThePageRead(t *testing.T) {
 	}
 }
 
-// The empty table: nothing to anchor on, nothing written, not started.
-func TestEmptyTableWaitsForFirstRow(t *testing.T) {
+// The empty table whose head lies more than a page above the start: its
+// writers rolled back (or their rows were deleted). The first pass anchors
+// at 0 and proves them; proven, they are passed over without a
+// placeholder, and the first row to come is read from where they end.
+func TestEmptyTableProvenPrefixIsPassedOver(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	// Pruned down to nothing: the head lies more than a page above the
-	// start and no row is left to anchor on.
 	burn(t, db, 3)
 	cfg := testConfig()
 	cfg.PageSize = 2
 	s := newService(t, db.Pool, cfg, Options{})
 	res := runPass(t, s)
-	if res.Started {
-		t.Errorf("nothing to anchor on: Started = true, want false; %v", res)
+	if !res.Started {
+		t.Errorf("first pass: Started = false, want true; %v", res)
 	}
 	if res.Filled != 0 {
-		t.Errorf("nothing to anchor on: Filled = %d, want 0", res.Filled)
+		t.Errorf("first pass: Filled = %d, want 0 (1..3 passed over, not written)", res.Filled)
+	}
+	if res.PassedOver != 3 {
+		t.Errorf("first pass: PassedOver = %d, want 3", res.PassedOver)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("first pass: MarkersTaken = %d, want the one proof that allows it", res.MarkersTaken)
 	}
 	wantCaughtUp(t, res)
 	if res.Head != 3 {
-		t.Errorf("nothing to anchor on: Head = %d, want 3", res.Head)
+		t.Errorf("first pass: Head = %d, want 3", res.Head)
 	}
-	commit(t, db, 1) // 4: the anchor; 1..3 lie below it
+	if res.Watermark != 3 {
+		t.Errorf("first pass: Watermark = %d, want 3", res.Watermark)
+	}
+	commit(t, db, 1) // 4
 	res = runPass(t, s)
-	if !res.Started {
-		t.Errorf("anchored: Started = false, want true; %v", res)
-	}
 	if res.Filled != 0 {
-		t.Errorf("anchored: Filled = %d, want 0 (1..3 lie below the anchor)", res.Filled)
+		t.Errorf("next pass: Filled = %d, want 0", res.Filled)
 	}
 	if res.Watermark != 4 {
-		t.Errorf("anchored: Watermark = %d, want 4", res.Watermark)
+		t.Errorf("next pass: Watermark = %d, want 4", res.Watermark)
+	}
+	if got := rows(t, db); len(got) != 1 {
+		t.Errorf("rows = %v, want only 4", got)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
@@ -16,14 +18,32 @@ import (
 // all land before it.
 const finishAllowance = time.Second
 
-// leasePoll is how often a waiting successor looks at the lease: the
-// holder hands over at its next tick, so waiting costs at most a tick and
-// a poll.
+// leasePoll is how often a waiting successor looks at the lease, and how
+// often a holder that handed it over looks for the successor's first
+// renewal: the holder hands over at its next tick, so waiting costs at
+// most a tick and a poll.
 const leasePoll = 100 * time.Millisecond
 
 // successorTTL is how long one registration as successor lasts; the
-// waiter refreshes it every poll, so a waiter that died is ignored soon.
-const successorTTL = time.Second
+// waiter refreshes it every poll, so a waiter that died is ignored after
+// half a second.
+const successorTTL = 5 * leasePoll
+
+// ackWindow is how long a holder that handed its lease over waits for the
+// successor's first renewal before it takes the lease back: the successor
+// sees the hand-over within a poll and renews at the end of its first
+// step (a tick's statements); never under minAck, which a loaded
+// database or a pooler may take for those few statements.
+func ackWindow(tick time.Duration) time.Duration {
+	return max(tick, minAck) + leasePoll
+}
+
+const minAck = 300 * time.Millisecond
+
+// lastTry is how often the last statement (the state and the lease given
+// back) is sent again after a transient error, within the finish
+// allowance.
+const lastTry = 100 * time.Millisecond
 
 // outcome is where a step left the pass.
 type outcome int
@@ -49,8 +69,14 @@ type pass struct {
 	res     *Result
 
 	held bool
-	st   State
-	head int64
+	// leaseUnknown: the last statement that takes the lease was lost with
+	// its connection, so the pass may hold it without knowing.
+	leaseUnknown bool
+	// ackOwed: the lease was handed to this pass, and its predecessor
+	// watches for its first renewal, which is therefore due at once.
+	ackOwed bool
+	st      State
+	head    int64
 	// dirty: the cycle or the proof changed, which a checkpoint writes at
 	// once (a hand-over or a crash must not lose a stall's first sighting
 	// or a blocked proof). A watermark that only moved on waits for the
@@ -104,17 +130,25 @@ func (p *pass) run(ctx context.Context) error {
 	}
 }
 
+// attempt takes the lease and works. A watching pass that loses its lease
+// (taken back by a predecessor that missed its first renewal, or taken
+// over while a statement of its was blocked past the lease) waits to be
+// handed it again, so it still watches if the other pass ends.
 func (p *pass) attempt(ctx context.Context) error {
-	if err := p.acquire(ctx); err != nil || !p.held {
-		return err
-	}
-	err := p.work(ctx)
-	if errors.Is(err, errLeaseLost) {
-		p.held = false
+	for {
+		if err := p.acquire(ctx); err != nil || !p.held {
+			return err
+		}
+		err := p.work(ctx)
+		if !errors.Is(err, errLeaseLost) {
+			return err
+		}
+		p.held, p.ackOwed = false, false
 		p.res.wait(WaitingLease)
-		return nil
+		if p.s.cfg.Bounded || !p.pause(ctx, leasePoll) {
+			return nil
+		}
 	}
-	return err
 }
 
 // acquire takes the lease, or — a watching pass — waits to be handed it
@@ -125,16 +159,25 @@ func (p *pass) acquire(ctx context.Context) error {
 	for polls := 0; ; polls++ {
 		if polls > 0 {
 			p.res.LeaseWaitMS = waited + p.s.opts.Now().Sub(since).Milliseconds()
+			if hook := p.s.onLease; hook != nil {
+				hook(leasePolling, p.owner)
+			}
 		}
-		st, took, err := p.s.lease.acquireLease(ctx, p.q, p.owner, p.s.opts.LeaseTTL, watch, successorTTL)
-		if err != nil {
+		st, took, handed, err := p.s.lease.acquireLease(ctx, p.q, p.owner, p.s.opts.LeaseTTL, watch, successorTTL)
+		if p.leaseUnknown = outcomeUnknown(err); err != nil {
 			return err
 		}
 		p.st = st
 		if took {
-			p.held, p.dirty, p.renewed = true, false, p.s.opts.Now()
+			p.held, p.dirty, p.renewed, p.ackOwed = true, false, p.s.opts.Now(), handed
 			p.res.Waiting = nil
+			if hook := p.s.onLease; hook != nil {
+				hook(leaseTaken, p.owner)
+			}
 			return nil
+		}
+		if hook := p.s.onLease; hook != nil && watch {
+			hook(leaseRegistered, p.owner)
 		}
 		p.res.wait(WaitingLease)
 		if !watch || !p.pause(ctx, leasePoll) {
@@ -170,8 +213,11 @@ func (p *pass) work(ctx context.Context) error {
 		switch {
 		case p.successor:
 			// The next invocation is here: it carries on from the state
-			// the finish writes, within a poll.
-			return nil
+			// the hand-over writes, within a poll.
+			if done, err := p.handOver(ctx); err != nil || done {
+				return err
+			}
+			continue
 		case wait < 0:
 			return nil
 		case wait == 0:
@@ -254,9 +300,8 @@ func (p *pass) step(ctx context.Context) (outcome, error) {
 }
 
 // readHead polls the lease and the head (one statement), records the head
-// for dating stalls, and anchors a table the fill has never started on.
-// held is false when the step ends here: the lease went to a successor,
-// or there is nothing to anchor on yet.
+// for dating stalls, and starts a table the fill has never started on.
+// held is false when the step ends here: the lease went to a successor.
 func (p *pass) readHead(ctx context.Context) (o outcome, held bool, err error) {
 	p.res.Ticks++
 	tick, err := p.s.lease.pollTick(ctx, p.q, p.owner)
@@ -269,21 +314,16 @@ func (p *pass) readHead(ctx context.Context) (o outcome, held bool, err error) {
 	p.successor = tick.Successor
 	p.head, p.res.headRead = tick.Head, true
 	p.heads.add(p.s.opts.Now(), p.head, max(p.s.cfg.Grace, 0)+p.s.cfg.Tick)
-	if p.st.Started {
-		return 0, true, nil
+	if !p.st.Started {
+		// The anchor is 0, which passes nothing: whatever is missing below
+		// the lowest present row may belong to a writer still running, so
+		// it is a historical cycle like any gap the first run sees, and
+		// only its proof may move the watermark over it (passOverPrefix).
+		// The historical boundary is the head polled above: strictly
+		// before any marker, which a later statement assigns.
+		p.st.Started, p.st.Watermark, p.st.HistoricalHead = true, 0, p.head
+		p.dirty = true
 	}
-	lowest, err := p.s.events.Lowest(ctx, p.q)
-	if err != nil {
-		return 0, false, err
-	}
-	w, ok := initialWatermark(lowest, p.head, p.s.cfg.PageSize)
-	if !ok {
-		return caughtUp, false, nil // nothing to anchor on yet
-	}
-	// The historical boundary is the head polled above: strictly before
-	// any marker, which a later statement assigns.
-	p.st.Started, p.st.Watermark, p.st.HistoricalHead = true, w, p.head
-	p.dirty = true
 	return 0, true, nil
 }
 
@@ -335,6 +375,13 @@ func (p *pass) advance(ctx context.Context) (more bool, err error) {
 		if !p.timeLeft() {
 			return true, nil
 		}
+		// A long backlog keeps the lease (and acknowledges a hand-over)
+		// page after page.
+		if p.renewDue() {
+			if err := p.checkpoint(ctx); err != nil {
+				return false, err
+			}
+		}
 	}
 	return false, nil
 }
@@ -361,7 +408,7 @@ func (p *pass) takeMarker(ctx context.Context) error {
 	}
 	c.Marker, c.MarkerHead = &m, h
 	p.st.ProofBlockedSince = nil
-	p.renewed = p.s.opts.Now()
+	p.renewed, p.ackOwed = p.s.opts.Now(), false
 	p.res.MarkersTaken++
 	return nil
 }
@@ -389,6 +436,18 @@ func (p *pass) fillCycle(ctx context.Context) (bool, error) {
 				return false, err
 			}
 			g.feed(page, p.s.cfg.PageSize)
+			// Read after the proof passed, so every sequence below the
+			// first present row is missing for good (§3.3).
+			first := int64(0)
+			if len(page) > 0 {
+				first = page[0]
+			}
+			if to := passOverPrefix(g.pos, first, g.top, c.Historical, p.s.cfg.PageSize); to > g.pos {
+				g.skipTo(to)
+				p.setWatermark(g.pos)
+				p.res.PassedOver += g.pos
+				p.dirty = true
+			}
 		}
 		pending = append(pending, g.next(limit-len(pending))...)
 		switch {
@@ -459,9 +518,10 @@ func (p *pass) maybeCheckpoint(ctx context.Context) error {
 	return p.checkpoint(ctx)
 }
 
-// renewDue: a third of the lease period has passed since it was renewed.
+// renewDue: a third of the lease period has passed since it was renewed,
+// or a predecessor waits for the first renewal.
 func (p *pass) renewDue() bool {
-	return p.s.opts.Now().Sub(p.renewed) >= p.s.opts.LeaseTTL/3
+	return p.ackOwed || p.s.opts.Now().Sub(p.renewed) >= p.s.opts.LeaseTTL/3
 }
 
 // checkpoint saves the state and renews the lease.
@@ -472,8 +532,68 @@ func (p *pass) checkpoint(ctx context.Context) error {
 	}
 	p.st.Watermark = max(p.st.Watermark, w)
 	p.successor = p.successor || successor
-	p.dirty, p.renewed = false, p.s.opts.Now()
+	p.dirty, p.renewed, p.ackOwed = false, p.s.opts.Now(), false
 	return nil
+}
+
+// handOver gives the lease to the waiting successor with the state, then
+// watches, read-only, until the successor acts as owner (its first
+// renewal): done is true then, or when the budget ends first. A
+// successor that never renews (it died after registering, after being
+// handed the lease, or before its first renewal) has the lease taken back
+// after ackWindow, and the pass carries on as before (done false).
+func (p *pass) handOver(ctx context.Context) (done bool, err error) {
+	p.successor = false
+	handed, err := p.s.lease.handOverLease(ctx, p.q, p.owner, p.st, p.s.opts.LeaseTTL)
+	if err != nil {
+		return false, err
+	}
+	p.dirty, p.renewed = false, p.s.opts.Now()
+	if !handed {
+		return false, nil // the registration lapsed since the tick
+	}
+	p.held, p.res.HandedOver = false, true
+	ack := ackWindow(p.s.cfg.Tick)
+	for {
+		if !p.pause(ctx, leasePoll) {
+			// The budget ends first: the successor has the lease, and if
+			// it died, the lease expires on its own.
+			return true, ctx.Err()
+		}
+		w, err := p.s.lease.handOverState(ctx, p.q, p.owner, ack)
+		switch {
+		case err != nil && store.Transient(err) && ctx.Err() == nil:
+			// Still watching: the next poll reads again.
+			p.res.Retries++
+			continue
+		case err != nil:
+			return true, err
+		case w.Owned:
+			// A take-back whose answer was lost with its connection.
+		case !w.Pending:
+			return true, nil
+		case !w.Due:
+			continue
+		default:
+			ok, err := p.s.lease.takeLeaseBack(ctx, p.q, p.owner, p.s.opts.LeaseTTL)
+			p.leaseUnknown = outcomeUnknown(err)
+			if err != nil && store.Transient(err) && ctx.Err() == nil {
+				p.res.Retries++
+				continue
+			}
+			if err != nil || !ok {
+				return true, err // !ok: it renewed just now
+			}
+		}
+		// The state is the one the hand-over wrote: a successor that
+		// wrote anything had renewed.
+		p.leaseUnknown = false
+		p.s.opts.Logger.WarnContext(ctx, "fill: the successor never acted as owner: took the lease back",
+			slog.Duration("waited", ack))
+		p.held, p.renewed, p.res.HandedOver = true, p.s.opts.Now(), false
+		p.res.TakenBack++
+		return false, nil
+	}
 }
 
 // timeLeft says another statement may start.
@@ -495,8 +615,11 @@ func (p *pass) pause(ctx context.Context, d time.Duration) bool {
 }
 
 // close ends the pass: the blockers' names when the proof is blocked, the
-// state and the lease (handed to a successor, or released), and the
-// result. A statement the budget ended is a normal end, named in TimedOut.
+// state and the lease (released), and the result. A statement the budget
+// ended is a normal end, named in TimedOut. The lease is given back on
+// every way out, errors included: with the state when the pass holds it,
+// bare when it may hold it without knowing (the statement that took it was
+// lost with its connection), so the next pass never waits out its expiry.
 func (p *pass) close(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, store.ErrNotSent):
@@ -518,20 +641,26 @@ func (p *pass) close(ctx context.Context, err error) error {
 			p.s.opts.Logger.WarnContext(ctx, "fill: could not name the sessions holding the proof", slog.String("error", lerr.Error()))
 		}
 	}
-	if p.held {
-		handed, ferr := p.s.lease.finishPass(fctx, p.q, p.owner, p.st, p.s.opts.LeaseTTL)
+	gaveBack := p.res.HandedOver
+	switch {
+	case p.held:
+		ferr := p.lastStatement(func() error { return p.s.lease.finishPass(fctx, p.q, p.owner, p.st) })
 		switch {
 		case ferr == nil:
-			p.res.HandedOver, p.held = handed, false
-			if err == nil {
-				p.countSkips(fctx)
-			}
+			p.held, gaveBack = false, true
 		case errors.Is(ferr, store.ErrBudget) && err == nil:
 			// The lease expires on its own.
 			p.res.TimedOut = ferr.Error()
 		case err == nil && !errors.Is(ferr, errLeaseLost):
 			err = ferr
 		}
+	case p.leaseUnknown:
+		if rerr := p.lastStatement(func() error { return p.s.lease.releaseLease(fctx, p.q, p.owner) }); rerr != nil {
+			p.s.opts.Logger.WarnContext(ctx, "fill: could not give the lease back; it expires on its own", slog.String("error", rerr.Error()))
+		}
+	}
+	if gaveBack && err == nil {
+		p.countSkips(fctx)
 	}
 	p.report()
 	p.res.Statements = p.q.Count()
@@ -540,6 +669,28 @@ func (p *pass) close(ctx context.Context, err error) error {
 		p.res.Error = err.Error()
 	}
 	return err
+}
+
+// outcomeUnknown says a statement that takes the lease may have done so
+// although the pass did not hear back: it reached the server, or may have,
+// and no answer came (the connection was lost). A server's error, or a
+// statement never sent, took nothing.
+func outcomeUnknown(err error) bool {
+	var pgErr *pgconn.PgError
+	return err != nil && !errors.Is(err, store.ErrNotSent) && !errors.As(err, &pgErr)
+}
+
+// lastStatement sends one of the pass's last statements, again after a
+// transient error (the server restarting, a dropped connection) every
+// lastTry while the finish allowance lasts.
+func (p *pass) lastStatement(send func() error) error {
+	for {
+		err := send()
+		if err == nil || !store.Transient(err) || !p.s.opts.Now().Add(lastTry).Before(p.hardEnd) {
+			return err
+		}
+		time.Sleep(lastTry)
+	}
 }
 
 // countSkips reports the placeholders operators wrote with skip-stall

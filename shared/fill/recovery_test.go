@@ -3,12 +3,19 @@ package fill
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	osexec "os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
@@ -211,5 +218,92 @@ func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
 	}
 	if !strings.Contains(logs, "not this cluster's") {
 		t.Errorf("no log line about the discarded marker:\n%s", logs)
+	}
+}
+
+// lostAnswer is a store.DB whose first statement matching lose is lost
+// with its connection, as a crash loses one: the caller gets the error
+// pgx returns for a batch on a connection that died under it. With sent,
+// the statement ran on the server and committed first (only the answer is
+// lost); without, it never arrived.
+type lostAnswer struct {
+	store.DB
+	lose func(sql string) bool
+	sent bool
+	lost atomic.Bool
+}
+
+func (l *lostAnswer) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		if l.lose(q.SQL) && l.lost.CompareAndSwap(false, true) {
+			if l.sent {
+				if err := l.DB.SendBatch(ctx, b).Close(); err != nil {
+					return failedBatch{err}
+				}
+			}
+			return failedBatch{fmt.Errorf("%w", pgconn.ErrConnClosed)}
+		}
+	}
+	return l.DB.SendBatch(ctx, b)
+}
+
+type failedBatch struct{ err error }
+
+func (f failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, f.err }
+func (f failedBatch) Query() (pgx.Rows, error)         { return nil, f.err }
+func (f failedBatch) QueryRow() pgx.Row                { return errRowOf{f.err} }
+func (f failedBatch) Close() error                     { return nil }
+func (f failedBatch) Tx() pgx.Tx                       { return nil }
+
+type errRowOf struct{ err error }
+
+func (r errRowOf) Scan(...any) error { return r.err }
+
+// A pass that took the lease but lost the answer with its connection, and
+// whose budget ends before it hears back: it does not know it holds the
+// lease, and gives it back anyway on its way out, so the next pass does
+// not wait for it to expire.
+func TestLeaseTakenWithTheAnswerLostIsGivenBack(t *testing.T) {
+	db := testdb.New(t)
+	started(t, db)
+	cfg := testConfig()
+	cfg.PassBudget, cfg.Tick = 150*time.Millisecond, 200*time.Millisecond
+	lossy := &lostAnswer{DB: db.Pool, sent: true, lose: func(sql string) bool { return strings.Contains(sql, "lease_owner = CASE WHEN") }}
+	s := newService(t, lossy, cfg, Options{})
+	ctx, cancel := passContext()
+	defer cancel()
+	res, err := s.RunOnce(ctx)
+	if !lossy.lost.Load() {
+		t.Fatal("the lease statement's answer was never lost")
+	}
+	if !errors.Is(err, pgconn.ErrConnClosed) {
+		t.Errorf("RunOnce = %v, want the lost connection's error: the budget ended before the database answered", err)
+	}
+	if owner := leaseOwner(t, db); owner != nil {
+		t.Errorf("lease_owner = %q after the pass, want it given back", *owner)
+	}
+	next := runPass(t, newService(t, db.Pool, testConfig(), Options{}))
+	if next.WaitingFor() == WaitingLease {
+		t.Errorf("the next pass waits for the lease: %v", next)
+	}
+	t.Logf("lost-answer pass: %v", res)
+}
+
+// The last statement (the state and the lease given back) lost to a
+// dropped connection is sent again within the finish allowance: the pass
+// ends normally and the lease is free.
+func TestFinishIsRetriedAfterALostConnection(t *testing.T) {
+	db := testdb.New(t)
+	started(t, db)
+	lossy := &lostAnswer{DB: db.Pool, lose: func(sql string) bool { return strings.Contains(sql, "lease_owner = NULL,") }}
+	res := runPass(t, newService(t, lossy, testConfig(), Options{}))
+	if !lossy.lost.Load() {
+		t.Fatal("the finish was never lost")
+	}
+	if res.Error != "" {
+		t.Errorf("Error = %q, want none: the finish was sent again", res.Error)
+	}
+	if owner := leaseOwner(t, db); owner != nil {
+		t.Errorf("lease_owner = %q after the pass, want it given back", *owner)
 	}
 }

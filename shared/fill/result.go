@@ -49,14 +49,23 @@ type Result struct {
 	// ForeignMarkers counts persisted markers discarded as not this
 	// cluster's (§3.7) and taken afresh.
 	ForeignMarkers int `json:"foreign_markers"`
-	// Started is false until the table has had a row to anchor on.
+	// Started is false until a pass first ran on the table; that pass
+	// anchors the watermark at 0.
 	Started bool `json:"started"`
+	// PassedOver counts sequences of a proven prefix (missing below the
+	// lowest present row, more than a page of them) that the pass moved
+	// the watermark over without writing placeholders.
+	PassedOver int64 `json:"passed_over"`
 	// Ticks counts the pass's looks at the head.
 	Ticks int `json:"ticks"`
 	// LeaseWaitMS is how long a watching pass waited for the lease.
 	LeaseWaitMS int64 `json:"lease_wait_ms"`
-	// HandedOver says the pass gave its lease to a waiting successor.
+	// HandedOver says the pass gave its lease to a waiting successor and
+	// saw it act as owner (or its budget ended while it waited).
 	HandedOver bool `json:"handed_over"`
+	// TakenBack counts hand-overs the pass took back because the
+	// successor never acted as owner (it died on the way).
+	TakenBack int `json:"taken_back"`
 	// Retries counts transient database errors the pass recovered from.
 	Retries int `json:"retries"`
 	// OperatorFilled counts placeholders operators wrote with

@@ -15,10 +15,10 @@ import (
 // would keep in memory between ticks. The lease columns of the same row
 // are in lease.go; every statement on the table is in one of the two files.
 type State struct {
-	// Started is false until the first pass anchored the watermark.
+	// Started is false until the first pass anchored the watermark at 0.
 	Started bool
-	// Watermark: every sequence in (anchor, Watermark] is present. Only
-	// ever raised.
+	// Watermark: every sequence up to it is present or proven never to be
+	// written (§3.3). Only ever raised.
 	Watermark int64
 	// HistoricalHead is the head the first run read: a gap at or below it
 	// was there before the fill, and needs no grace.
@@ -79,10 +79,13 @@ func newStateSQL(schema store.Schema) stateSQL {
 	t := schema.Table("fill_state")
 	return stateSQL{
 		// Progress and a lease renewal in one statement, only while the
-		// lease is ours. It also says whether a successor waits, which is
-		// the holder's cue to hand over (lease.go).
+		// lease is ours (a renewal also tells a predecessor that handed the
+		// lease over that its successor acts as owner). It also says
+		// whether a successor waits, which is the holder's cue to hand
+		// over (lease.go).
 		checkpoint: `UPDATE ` + t + ` SET ` + stateSet + `,
-				lease_expires_at = now() + @lease_ms::bigint * interval '1 millisecond'
+				lease_expires_at = now() + @lease_ms::bigint * interval '1 millisecond',
+				` + acknowledged + `
 			WHERE singleton AND lease_owner = @owner
 			RETURNING watermark, ` + successorWaiting,
 		// The marker is assigned *here*, by pg_current_xact_id() in this
@@ -99,6 +102,7 @@ func newStateSQL(schema store.Schema) stateSQL {
 				cycle_marker_head = @marker_head,
 				proof_blocked_since = NULL,
 				lease_expires_at = now() + @lease_ms::bigint * interval '1 millisecond',
+				` + acknowledged + `,
 				updated_at = now()
 			WHERE singleton AND lease_owner = @owner
 			RETURNING cycle_marker`,

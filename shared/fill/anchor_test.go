@@ -1,0 +1,212 @@
+package fill
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/prune"
+)
+
+// The first watermark: the first pass anchors at 0, and only a proof moves
+// it over what is missing below the lowest present row. These tests hold
+// xids across passes, so none runs in parallel (see fill_test.go).
+
+// readEvents is read_events(after, max): the sequences a consumer at
+// after may take now.
+func readEvents(t *testing.T, db *testdb.DB, after int64, max int) []int64 {
+	t.Helper()
+	rs, err := db.Pool.Query(context.Background(), `SELECT sequence FROM outbox.read_events($1, $2)`, after, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seqs
+}
+
+// consume reads everything a consumer named name may take from its
+// position, commits the position, and returns what it read.
+func consume(t *testing.T, db *testdb.DB, name string) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	var pos int64
+	if err := db.Pool.QueryRow(ctx, `SELECT coalesce((SELECT position FROM outbox.consumers WHERE name = $1), 0)`, name).Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	var read []int64
+	for {
+		page := readEvents(t, db, pos, 500)
+		if len(page) == 0 {
+			break
+		}
+		read = append(read, page...)
+		pos = page[len(page)-1]
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT outbox.commit_position($1, $2)`, name, pos); err != nil {
+		t.Fatal(err)
+	}
+	return read
+}
+
+// openBatch plays writer A of the reproduction: publish_batch of n events
+// inside a transaction it keeps open; it returns the sequences it holds.
+func openBatch(t *testing.T, db *testdb.DB, n int) (*writer, []int64) {
+	t.Helper()
+	w := openWriter(t, db)
+	rs, err := w.tx.Query(context.Background(),
+		`SELECT s FROM outbox.publish_batch('t', array_fill('{"a":true}'::jsonb, ARRAY[$1::int])) AS s`, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, held
+}
+
+func span(lo, hi int64) []int64 {
+	var s []int64
+	for i := lo; i <= hi; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+// The reproduction: writer A holds 1..n open, B commits n+1 above it. The
+// first pass must not anchor above A's events, a consumer must not pass
+// them, prune must not delete them; once A commits a consumer gets them
+// all.
+func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
+	cases := []struct {
+		name string
+		page int
+		n    int // A's events; one more than a page in both
+	}{
+		{"default page", DefaultPageSize, DefaultPageSize + 1},
+		{"FILL_PAGE_SIZE=1", 1, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			db := testdb.New(t)
+			ctx := context.Background()
+			a, held := openBatch(t, db, c.n)
+			if want := span(1, int64(c.n)); !slices.Equal(held, want) {
+				t.Fatalf("writer A holds %v, want %v", held, want)
+			}
+			b := commit(t, db, 1) // n+1, committed above A's
+
+			cfg := testConfig()
+			cfg.PageSize, cfg.PassBudget = c.page, time.Second
+			s := newService(t, db.Pool, cfg, Options{})
+			res := runPass(t, s)
+			if res.Watermark != 0 {
+				t.Errorf("first pass: Watermark = %d, want 0 while A's %d..%d may commit", res.Watermark, held[0], held[len(held)-1])
+			}
+			wantWaiting(t, res, WaitingProof)
+			if !slices.ContainsFunc(res.BlockedBy, func(bl Blocker) bool { return bl.PID == a.pid }) {
+				t.Errorf("first pass: blocked_by = %+v, want writer A (pid %d)", res.BlockedBy, a.pid)
+			}
+			if res.Filled != 0 {
+				t.Errorf("first pass: Filled = %d, want 0", res.Filled)
+			}
+			if got := readEvents(t, db, 0, 100); len(got) != 0 {
+				t.Errorf("read_events(0, 100) = %v, want nothing before A's events are decided", got)
+			}
+			if got := consume(t, db, "c"); len(got) != 0 {
+				t.Errorf("the consumer read %v, want nothing yet", got)
+			}
+
+			// Everything is older than PRUNE_EVENTS_AFTER=1s now: prune
+			// must still delete nothing nobody read.
+			time.Sleep(1100 * time.Millisecond)
+			pr, err := prune.New(db.Pool, prune.Config{Schema: testdb.Schema, EventsAfter: time.Second}, prune.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pres, err := pr.RunOnce(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pres.DeletedEvents != 0 {
+				t.Errorf("prune deleted %d events before any was read, want 0", pres.DeletedEvents)
+			}
+
+			a.commit()
+			res = runPass(t, s)
+			wantCaughtUp(t, res)
+			if res.Watermark != b {
+				t.Errorf("after A commits: Watermark = %d, want %d", res.Watermark, b)
+			}
+			if res.Filled != 0 || res.PassedOver != 0 {
+				t.Errorf("after A commits: Filled = %d, PassedOver = %d, want 0 and 0", res.Filled, res.PassedOver)
+			}
+			if got, want := consume(t, db, "c"), span(1, b); !slices.Equal(got, want) {
+				t.Errorf("the consumer read %d events (%v...), want all %d", len(got), got[:min(len(got), 5)], len(want))
+			}
+			pres, err = pr.RunOnce(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pres.DeletedEvents != b {
+				t.Errorf("prune after the consumer read everything deleted %d, want %d", pres.DeletedEvents, b)
+			}
+		})
+	}
+}
+
+// A prefix that really was deleted (three million sequences allocated and
+// gone, as after an earlier retention job; a sequence started high looks
+// the same): the first pass anchors at 0 and waits for the proof, since a
+// writer may still hold the lowest sequences; once proven, the watermark
+// goes just below the lowest present row, written by that writer, without
+// a placeholder.
+func TestDeletedPrefixIsPassedOverOnlyOnceProven(t *testing.T) {
+	db := testdb.New(t)
+	const deleted = 3_000_000
+	exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, deleted)
+	w := openWriter(t, db)
+	late := w.publish() // deleted+1, not yet committed
+	top := commit(t, db, 9)
+
+	cfg := testConfig()
+	cfg.PassBudget = time.Second
+	s := newService(t, db.Pool, cfg, Options{})
+	res := runPass(t, s)
+	if res.Watermark != 0 {
+		t.Errorf("first pass: Watermark = %d, want 0 while the writer of %d runs", res.Watermark, late)
+	}
+	wantWaiting(t, res, WaitingProof)
+	if got := readEvents(t, db, 0, 100); len(got) != 0 {
+		t.Errorf("read_events(0, 100) = %v, want nothing before the proof", got)
+	}
+
+	w.commit()
+	res = runPass(t, s)
+	wantCaughtUp(t, res)
+	if res.Watermark != top {
+		t.Errorf("after the proof: Watermark = %d, want %d", res.Watermark, top)
+	}
+	if res.PassedOver != deleted {
+		t.Errorf("after the proof: PassedOver = %d, want the %d deleted sequences", res.PassedOver, deleted)
+	}
+	if res.Filled != 0 {
+		t.Errorf("after the proof: Filled = %d, want no placeholder for the deleted prefix", res.Filled)
+	}
+	if res.Statements > 20 {
+		t.Errorf("after the proof: %d statements, want a handful for a prefix passed over", res.Statements)
+	}
+	if got := rows(t, db); len(got) != 10 {
+		t.Errorf("%d rows, want the 10 events and nothing written", len(got))
+	}
+	if got, want := readEvents(t, db, 0, 100), span(late, top); !slices.Equal(got, want) {
+		t.Errorf("read_events(0, 100) = %v, want %v: the late writer's event first", got, want)
+	}
+}
