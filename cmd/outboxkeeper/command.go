@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 )
 
 // command is a node of the command tree: either it has subcommands, or it
@@ -102,7 +104,7 @@ func (c *command) dispatch(ctx context.Context, e *env, parents []string, args [
 		c.usageLine(e, parents, err.Error())
 		return exitUsage
 	}
-	fmt.Fprintf(e.stderr, "%s: %v\n", c.path(parents), err)
+	fmt.Fprintf(e.stderr, "%s: %v\n", c.path(parents), pg.ExplainTLS(err))
 	return exitError
 }
 
