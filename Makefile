@@ -10,6 +10,11 @@ LAMBDA_ENV := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
 # it); -s -w strip symbols, -trimpath keeps build paths out of the binary.
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w' -buildvcs=false
 
+# What a target needs from the machine, got first: as root with apt-get,
+# need.sh installs what is missing; otherwise it names it in one line and
+# the target stops (infra/stack/need.sh; the README lists the same).
+NEED := bash infra/stack/need.sh
+
 # Every target that talks to the local stack reads its endpoints from here.
 STACK_ENV := .local/stack.env
 WITH_STACK = set -a; source $(STACK_ENV); set +a;
@@ -67,15 +72,18 @@ EXAMPLES_VENV := .local/venv-examples
 .PHONY: examples
 examples: $(EXAMPLES_VENV)/.installed examples/node/node_modules/.installed
 $(EXAMPLES_VENV)/.installed: examples/python/requirements.txt
+	$(NEED) python-venv
 	rm -rf $(EXAMPLES_VENV)
 	python3 -m venv $(EXAMPLES_VENV)
 	$(EXAMPLES_VENV)/bin/pip install --quiet --disable-pip-version-check -r examples/python/requirements.txt
 	touch $@
 examples/node/node_modules/.installed: examples/node/package-lock.json
+	$(NEED) npm node20
 	cd examples/node && npm ci --no-audit --no-fund
 	touch $@
 
 vet:
+	$(NEED) go
 	$(GO) vet ./...
 
 # -p 1: one test binary at a time. The fill's abandonment proof waits for
@@ -84,8 +92,9 @@ vet:
 # beside it. Within a package tests run in parallel, except shared/fill's
 # tests that hold an xid across a pass (see its fill_test.go).
 # -race: the demo, the local event source mapping and the outbox helpers are
-# concurrent code; the race detector needs cgo (gcc, checked by .ci/run).
+# concurrent code; the race detector needs cgo (gcc and the C headers).
 test-go:
+	$(NEED) gcc postgres
 	$(WITH_STACK) $(GO) test -race -count=1 -p 1 -timeout 15m ./...
 
 # The passes' integration tests and the functions' end-to-end tests once
@@ -94,6 +103,7 @@ test-go:
 # no setting of its own.
 PGBOUNCER_PACKAGES := ./shared/fill ./shared/sweep ./shared/compensate ./shared/prune ./shared/outbox ./functions/...
 test-pgbouncer:
+	$(NEED) gcc
 	$(WITH_STACK) OUTBOXKEEPER_TEST_VIA=pgbouncer $(GO) test -race -count=1 -p 1 -timeout 10m $(PGBOUNCER_PACKAGES)
 
 # The report parser faces arbitrary bodies from SQS, the configuration

@@ -19,8 +19,8 @@ func healthy() *statusReport {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	swept := now.Add(-30 * time.Second)
 	pruned := now.Add(-30 * time.Minute)
-	r := &statusReport{At: now}
-	r.Fill = fillReport{Started: true, Watermark: 10, Head: 10, LastWriteAt: now.Add(-2 * time.Second), LastWriteAgoS: 2}
+	r := &statusReport{At: now, PruneInstalledAt: ptr(now.Add(-30 * 24 * time.Hour))}
+	r.Fill = fillReport{Started: true, Watermark: 10, Head: 10, PassEverRan: true, LastWriteAt: ptr(now.Add(-2 * time.Second)), LastWriteAgoS: ptr(2.0)}
 	r.Sweep.LastPassAt = &swept
 	r.Prune.LastPassAt = &pruned
 	return r
@@ -35,11 +35,19 @@ func TestAssess(t *testing.T) {
 		want []string
 	}{
 		{"healthy", func(*statusReport) {}, nil},
-		{"fill silent", func(r *statusReport) { r.Fill.LastWriteAgoS = 301 }, []string{"fill-silent"}},
-		{"fill quiet but within the threshold", func(r *statusReport) { r.Fill.LastWriteAgoS = 299 }, nil},
+		{"fill silent", func(r *statusReport) { r.Fill.LastWriteAgoS = ptr(301.0) }, []string{"fill-silent"}},
+		{"fill quiet but within the threshold", func(r *statusReport) { r.Fill.LastWriteAgoS = ptr(299.0) }, nil},
+		{"fill never ran since the migrations", func(r *statusReport) {
+			r.Fill = fillReport{Head: 3, Lag: 3, StalledAt: ptr(int64(1)), Waiting: "start"}
+		}, []string{"fill-silent"}},
 		{"sweep never ran", func(r *statusReport) { r.Sweep.LastPassAt = nil }, []string{"sweep-silent"}},
 		{"sweep silent", func(r *statusReport) { r.Sweep.LastPassAt = ptr(r.At.Add(-6 * time.Minute)) }, []string{"sweep-silent"}},
-		{"prune never ran (a new deployment)", func(r *statusReport) { r.Prune.LastPassAt = nil }, nil},
+		{"prune never ran (a new deployment)", func(r *statusReport) {
+			r.Prune.LastPassAt, r.PruneInstalledAt = nil, ptr(r.At.Add(-time.Hour))
+		}, nil},
+		{"prune never ran since its deployment", func(r *statusReport) {
+			r.Prune.LastPassAt, r.PruneInstalledAt = nil, ptr(r.At.Add(-3*time.Hour))
+		}, []string{"prune-silent"}},
 		{"prune silent", func(r *statusReport) { r.Prune.LastPassAt = ptr(r.At.Add(-3 * time.Hour)) }, []string{"prune-silent"}},
 		{"proof blocked", func(r *statusReport) {
 			r.Fill.Waiting, r.Fill.StallAgeS, r.Fill.ProofBlockedS = fill.WaitingProof, ptr(400.0), ptr(360.0)
@@ -53,7 +61,7 @@ func TestAssess(t *testing.T) {
 		{"DLQ not empty", func(r *statusReport) { r.DLQ = &queueDepth{Visible: 1} }, []string{"dlq"}},
 		{"DLQ empty", func(r *statusReport) { r.DLQ = &queueDepth{} }, nil},
 		{"several", func(r *statusReport) {
-			r.Fill.LastWriteAgoS = 600
+			r.Fill.LastWriteAgoS = ptr(600.0)
 			r.Deliveries = store.DeliveryCounts{Dead: 1}
 		}, []string{"fill-silent", "dead"}},
 	}
@@ -102,13 +110,29 @@ func TestDescribeFill(t *testing.T) {
 	for _, c := range cases {
 		s := base
 		c.edit(&s)
-		if got := describeFill(s).Waiting; got != c.want {
+		if got := describeFill(s, true).Waiting; got != c.want {
 			t.Errorf("%s: waiting %q, want %q", c.name, got, c.want)
 		}
 	}
 	s := base
 	s.Cycle = &fill.Cycle{From: 9, FirstSeenAt: since}
-	if r := describeFill(s); r.Lag != 3 || r.StalledAt == nil || *r.StalledAt != 10 || r.StallAgeS == nil || *r.StallAgeS != 60 {
+	if r := describeFill(s, true); r.Lag != 3 || r.StalledAt == nil || *r.StalledAt != 10 || r.StallAgeS == nil || *r.StallAgeS != 60 {
 		t.Errorf("describeFill = %+v, want lag 3, stalled at 10 for 60s", r)
+	}
+}
+
+// Before the first pass the watermark is 0 and read_events stops at the
+// first missing sequence: the lag is the head, not 0.
+func TestDescribeFillBeforeTheFirstPassShowsTheLag(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	r := describeFill(fill.Status{Head: 12, Now: now, UpdatedAt: now}, false)
+	if r.Lag != 12 {
+		t.Errorf("lag = %d, want 12 (the head)", r.Lag)
+	}
+	if r.StalledAt == nil || *r.StalledAt != 1 {
+		t.Errorf("stalled_at = %v, want 1", r.StalledAt)
+	}
+	if r.LastWriteAt != nil || r.LastWriteAgoS != nil {
+		t.Errorf("last write %v, %v: the migration's write is not a pass's", r.LastWriteAt, r.LastWriteAgoS)
 	}
 }

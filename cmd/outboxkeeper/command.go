@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 )
 
 // command is a node of the command tree: either it has subcommands, or it
@@ -27,7 +29,7 @@ type command struct {
 }
 
 // usageError is a command line that cannot be run; it exits exitUsage
-// after the command's help.
+// with one line pointing at the command's help.
 type usageError struct{ msg string }
 
 func (u *usageError) Error() string { return u.msg }
@@ -70,8 +72,7 @@ func (c *command) dispatch(ctx context.Context, e *env, parents []string, args [
 				return s.dispatch(ctx, e, c.below(parents), args[1:])
 			}
 		}
-		fmt.Fprintf(e.stderr, "%s: unknown command %q\n\n", c.path(parents), args[0])
-		c.printHelp(e.stderr, parents)
+		c.usageLine(e, parents, fmt.Sprintf("unknown command %q", args[0]))
 		return exitUsage
 	}
 	fs := flag.NewFlagSet(c.path(parents), flag.ContinueOnError)
@@ -85,8 +86,7 @@ func (c *command) dispatch(ctx context.Context, e *env, parents []string, args [
 			c.printHelp(e.stdout, parents)
 			return exitOK
 		}
-		fmt.Fprintf(e.stderr, "%s: %v\n\n", c.path(parents), err)
-		c.printHelp(e.stderr, parents)
+		c.usageLine(e, parents, err.Error())
 		return exitUsage
 	}
 	err := c.run(ctx, e, opts, fs.Args())
@@ -101,12 +101,19 @@ func (c *command) dispatch(ctx context.Context, e *env, parents []string, args [
 	case errors.Is(err, errAttention):
 		return exitAttention
 	case errors.As(err, &u):
-		fmt.Fprintf(e.stderr, "%s: %v\n\n", c.path(parents), err)
-		c.printHelp(e.stderr, parents)
+		c.usageLine(e, parents, err.Error())
 		return exitUsage
 	}
-	fmt.Fprintf(e.stderr, "%s: %v\n", c.path(parents), err)
+	fmt.Fprintf(e.stderr, "%s: %v\n", c.path(parents), pg.ExplainTLS(err))
 	return exitError
+}
+
+// usageLine is how a command line that cannot run is answered: one line
+// on stderr saying what is wrong and where the help is, so the mistake
+// is not lost above a page of help.
+func (c *command) usageLine(e *env, parents []string, msg string) {
+	name := c.path(parents)
+	fmt.Fprintf(e.stderr, "%s: %s (see '%s --help')\n", name, msg, name)
 }
 
 // below is the parents list of c's subcommands.

@@ -163,6 +163,9 @@ func dlqRows(ms []*dlqMessage) [][]string {
 	return rows
 }
 
+// receivedNote closes a listing: what reading the messages did to them.
+const receivedNote = "note: SQS has no peek, so listing received each message once: its receive count went up by one (RECEIVES includes it); each is visible again"
+
 var dlqHeader = []string{"MESSAGE", "SENT", "RECEIVES", "VERDICT", "WHY", "BODY"}
 
 var dlqList = &command{
@@ -173,8 +176,10 @@ var dlqList = &command{
   redrive   a valid report without an error attribute (its receives ran out)
   rejected  compensate called it bad input (the error attribute says why)
   invalid   it does not parse as a rollback report (the reason is shown)
-Reading a message hides it for a minute (SQS has no peek); list makes each one
-visible again before it exits.
+SQS has no peek: listing receives each message, which hides it for a minute
+(list makes each one visible again before it exits) and raises its receive
+count by one; RECEIVES includes this listing's. The template's DLQ has no
+redrive policy of its own, so nothing moves or expires because of it.
 
 ` + queueHelp,
 	flags: func(fs *flag.FlagSet) any { f := &dlqFlags{}; addDLQFlags(fs, f, 100); return f },
@@ -202,13 +207,20 @@ visible again before it exits.
 			if ms == nil {
 				ms = []*dlqMessage{}
 			}
+			if len(ms) > 0 {
+				fmt.Fprintln(e.stderr, receivedNote)
+			}
 			return printJSON(e.stdout, ms)
 		}
 		if len(ms) == 0 {
 			_, err := fmt.Fprintln(e.stdout, "the DLQ is empty")
 			return err
 		}
-		return table(e.stdout, dlqHeader, dlqRows(ms))
+		if err := table(e.stdout, dlqHeader, dlqRows(ms)); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(e.stdout, "\n"+receivedNote)
+		return err
 	},
 }
 

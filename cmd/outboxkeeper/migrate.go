@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -33,6 +34,12 @@ func addSchema(fs *flag.FlagSet, f *schemaFlags) {
 	fs.StringVar(&f.schema, "schema", "", "the outbox schema (default: OUTBOX_SCHEMA, else outbox)")
 }
 
+type upFlags struct {
+	schemaFlags
+	json    bool
+	timeout time.Duration
+}
+
 var migrateUp = &command{
 	name:    "up",
 	summary: "apply every pending migration, in one transaction",
@@ -42,40 +49,81 @@ nothing at all when every one is applied already. Two migrators at once
 wait for each other. It refuses, changing nothing, when an applied
 migration's file differs from this build's.
 
+Every lock wait is bounded (lock_timeout 1s): a migration that needs a table
+a long transaction holds does not queue the publishers behind itself. It
+rolls back, pauses and tries again until --timeout, saying so on stderr,
+then gives up naming the migration that waited; nothing is applied then.
+
 The login needs to own the schema, or be allowed to create it (CREATE on the
 database) the first time. Afterwards set up the roles, as the owner:
   SELECT <schema>.grant_maintainer('<functions role>');
   SELECT <schema>.grant_writer('<application role>');`,
-	flags: func(fs *flag.FlagSet) any { f := &schemaFlags{}; addSchema(fs, f); return f },
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if len(args) > 0 {
-			return usagef("unexpected argument %q", args[0])
-		}
-		l, err := connect(ctx, e, opts.(*schemaFlags).schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		res, err := migrations.Apply(ctx, l.pool, l.schema)
-		if err != nil {
-			return err
-		}
-		list, err := migrations.Load(l.schema)
-		if err != nil {
-			return err
-		}
-		sums := map[string]string{}
-		for _, m := range list {
-			sums[m.Name] = m.Checksum
-		}
-		latest := list[len(list)-1]
-		fmt.Fprintf(e.stdout, "schema %s on %s: applied %d, already applied %d\n", l.schema, l.target, len(res.Applied), len(res.Skipped))
-		for _, name := range res.Applied {
-			fmt.Fprintf(e.stdout, "  applied %s (sha256 %s)\n", name, sums[name][:12])
-		}
-		fmt.Fprintf(e.stdout, "now at version %d (%s)\n", latest.Version(), latest.Name)
-		return nil
+	flags: func(fs *flag.FlagSet) any {
+		f := &upFlags{}
+		addSchema(fs, &f.schemaFlags)
+		fs.BoolVar(&f.json, "json", false, "print JSON for scripts instead of text")
+		addTimeout(fs, &f.timeout, migrations.DefaultBudget, "how long to keep trying while the migrations wait for locks")
+		return f
 	},
+	run: runMigrateUp,
+}
+
+func runMigrateUp(ctx context.Context, e *env, opts any, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	f := opts.(*upFlags)
+	l, err := connect(ctx, e, f.schema)
+	if err != nil {
+		return err
+	}
+	defer l.pool.Close()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	res, err := migrations.ApplyWith(ctx, l.pool, l.schema, migrations.ApplyOptions{
+		OnLockTimeout: func(lerr *migrations.LockError, pause time.Duration) {
+			fmt.Fprintf(e.stderr, "outboxkeeper migrate up: %s waited longer than lock_timeout %s for a lock (attempt %d): a long transaction holds it; trying again in %s\n",
+				lerr.Step, lerr.LockTimeout, lerr.Attempts, pause)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	list, err := migrations.Load(l.schema)
+	if err != nil {
+		return err
+	}
+	sums := map[string]string{}
+	for _, m := range list {
+		sums[m.Name] = m.Checksum
+	}
+	latest := list[len(list)-1]
+	if f.json {
+		type applied struct {
+			Name     string `json:"name"`
+			Checksum string `json:"checksum"`
+		}
+		out := struct {
+			Schema         string    `json:"schema"`
+			Database       string    `json:"database"`
+			Applied        []applied `json:"applied"`
+			AlreadyApplied int       `json:"already_applied"`
+			Attempts       int       `json:"attempts"`
+			Version        int       `json:"version"`
+			Latest         string    `json:"latest"`
+		}{Schema: l.schema, Database: l.target, Applied: []applied{}, AlreadyApplied: len(res.Skipped),
+			Attempts: res.Attempts, Version: latest.Version(), Latest: latest.Name}
+		for _, name := range res.Applied {
+			out.Applied = append(out.Applied, applied{name, sums[name]})
+		}
+		return printJSON(e.stdout, out)
+	}
+	fmt.Fprintf(e.stdout, "schema %s on %s: applied %d, already applied %d\n", l.schema, l.target, len(res.Applied), len(res.Skipped))
+	for _, name := range res.Applied {
+		fmt.Fprintf(e.stdout, "  applied %s (sha256 %s)\n", name, sums[name][:12])
+	}
+	_, err = fmt.Fprintf(e.stdout, "now at version %d (%s)\n", latest.Version(), latest.Name)
+	return err
 }
 
 type statusFlags struct {
@@ -104,8 +152,8 @@ they would refuse to start (the reason is printed), 1 on an error.`,
 		return f
 	},
 	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if len(args) > 0 {
-			return usagef("unexpected argument %q", args[0])
+		if err := noArgs(args); err != nil {
+			return err
 		}
 		f := opts.(*statusFlags)
 		l, err := connect(ctx, e, f.schema)
@@ -214,6 +262,7 @@ func printStatusJSON(w io.Writer, l *login, st *migrations.Status, problem error
 type printFlags struct {
 	schemaFlags
 	after string
+	json  bool
 }
 
 var migratePrint = &command{
@@ -223,27 +272,60 @@ var migratePrint = &command{
 transaction that also records each migration with its checksum, so a
 schema migrated from it is recorded exactly as 'migrate up' records one.
 It needs no database. For a schema that has some migrations already,
---after names the last one it has ('migrate status' shows it).
+--after names the last one it has ('migrate status' shows it). With --json,
+the same script as the "sql" field, beside the migrations it applies.
 
 Apply it as the role that owns the schema (or, the first time, may create
 it), for example:
   outboxkeeper migrate print --schema outbox > outbox.sql
-  psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f outbox.sql`,
+  psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f outbox.sql
+Its lock waits are bounded (lock_timeout 1s): behind a long transaction it
+stops with nothing applied (SQLSTATE 55P03) rather than queue the publishers
+behind it; run it again later.`,
 	flags: func(fs *flag.FlagSet) any {
 		f := &printFlags{}
 		addSchema(fs, &f.schemaFlags)
 		fs.StringVar(&f.after, "after", "", "the last migration the schema already has, e.g. 0005_fill_cycles.sql (default: none)")
+		fs.BoolVar(&f.json, "json", false, "print JSON for scripts: the migrations and the script")
 		return f
 	},
 	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if len(args) > 0 {
-			return usagef("unexpected argument %q", args[0])
+		if err := noArgs(args); err != nil {
+			return err
 		}
 		f := opts.(*printFlags)
 		schema, err := schemaOf(e, f.schema)
 		if err != nil {
 			return err
 		}
-		return migrations.Print(e.stdout, schema, f.after)
+		if !f.json {
+			return migrations.Print(e.stdout, schema, f.after)
+		}
+		var sql strings.Builder
+		if err := migrations.Print(&sql, schema, f.after); err != nil {
+			return err
+		}
+		list, err := migrations.Load(schema)
+		if err != nil {
+			return err
+		}
+		type migration struct {
+			Name       string `json:"name"`
+			Checksum   string `json:"checksum"`
+			Compatible bool   `json:"compatible"`
+		}
+		out := struct {
+			Schema     string      `json:"schema"`
+			After      string      `json:"after"`
+			Latest     string      `json:"latest"`
+			Migrations []migration `json:"migrations"`
+			SQL        string      `json:"sql"`
+		}{Schema: schema, After: f.after, Latest: list[len(list)-1].Name, Migrations: []migration{}, SQL: sql.String()}
+		for _, m := range list {
+			if f.after == "" || m.Name > f.after {
+				out.Migrations = append(out.Migrations, migration{m.Name, m.Checksum, m.Compatible})
+			}
+		}
+		return printJSON(e.stdout, out)
 	},
 }

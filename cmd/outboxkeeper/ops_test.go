@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +17,13 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 
+	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -309,7 +312,7 @@ func TestSkipStallPastABlockedProof(t *testing.T) {
 	}
 
 	maint := db.Maintainer(t)
-	code, out, errs = cli(t, map[string]string{"DATABASE_URL": maint.URL}, "skip-stall", "--to", to, "--reason", "x", "--yes")
+	code, out, errs = cli(t, map[string]string{"DATABASE_URL": maint.URL, "USER": "bob"}, "skip-stall", "--to", to, "--reason", "x", "--yes")
 	wantCode(t, "skip-stall as the functions' role", code, exitError, out, errs)
 	wantIn(t, "skip-stall as the functions' role", errs, "permission denied", "grant_operator")
 
@@ -478,7 +481,8 @@ func TestDLQListAndRedrive(t *testing.T) {
 
 	code, out, errs := cli(t, vars, "dlq", "list")
 	wantCode(t, "dlq list", code, exitOK, out, errs)
-	wantIn(t, "dlq list", out, "redrive", "invalid", "empty sequences", "rejected", "above the allocation head 12")
+	wantIn(t, "dlq list", out, "redrive", "invalid", "empty sequences", "rejected", "above the allocation head 12",
+		"SQS has no peek", "receive count went up by one")
 	code, out, _ = cli(t, vars, "dlq", "list", "--json")
 	var listed []dlqMessage
 	if err := json.Unmarshal([]byte(out), &listed); err != nil || code != exitOK {
@@ -541,6 +545,7 @@ func TestOperatorHelpPagesTeach(t *testing.T) {
 		{[]string{"dead", "--help"}, []string{"list", "retry", "SWEEP_MAX_REDELIVERIES"}},
 		{[]string{"dead", "retry", "--help"}, []string{"redeliveries 0", "compare-and-set", "--older-than"}},
 		{[]string{"dlq", "--help"}, []string{"error", "redrive", "idempotent"}},
+		{[]string{"dlq", "list", "--help"}, []string{"no peek", "receive", "count by one"}},
 		{[]string{"dlq", "redrive", "--help"}, []string{"--dry-run", "parser compensate uses"}},
 		{[]string{"skip-stall", "--help"}, []string{"--yes", "stall_skips", "duplicate key", "grant_operator", "ON CONFLICT DO NOTHING"}},
 	} {
@@ -550,5 +555,229 @@ func TestOperatorHelpPagesTeach(t *testing.T) {
 			t.Errorf("%s exits %d, want 0", what, code)
 		}
 		wantIn(t, what, out, append(c.wants, "DATABASE_URL", "DATABASE_SECRET_ARN")...)
+	}
+}
+
+// prunePass runs one prune pass, so prune_state says it runs.
+func prunePass(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	s, err := prune.New(db.Pool, prune.Config{}, prune.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunOnce(context.Background()); err != nil {
+		t.Fatalf("prune pass: %v", err)
+	}
+}
+
+// Before the first fill pass, fill_state is as the migration wrote it:
+// that write is not a pass, so the fill is silent at once, and the lag is
+// the head, since read_events stops at the first missing sequence.
+func TestStatusBeforeTheFirstFillPass(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	gap := burnOne(t, db)
+	top := publish(t, db)
+	sweepPass(t, db)
+	vars := map[string]string{"DATABASE_URL": db.URL}
+
+	code, r := statusJSON(t, vars)
+	if code != exitAttention {
+		t.Errorf("status before the first fill pass exits %d, want %d", code, exitAttention)
+	}
+	if got := findingNames(r); !slices.Equal(got, []string{"fill-silent"}) {
+		t.Errorf("findings = %v, want [fill-silent]", got)
+	}
+	if r.Fill.Lag != top {
+		t.Errorf("fill.lag = %d, want %d: read_events is stuck at %d", r.Fill.Lag, top, gap)
+	}
+	if r.Fill.PassEverRan {
+		t.Error("fill.pass_ever_ran = true: the migration's write was taken for a pass")
+	}
+	if r.Fill.LastWriteAt != nil {
+		t.Errorf("fill.last_write_at = %v, want null (no pass wrote it)", r.Fill.LastWriteAt)
+	}
+	code, out, errs := cli(t, vars, "status")
+	wantCode(t, "status", code, exitAttention, out, errs)
+	wantIn(t, "status", out, fmt.Sprintf("lag %d", top), fmt.Sprintf("read_events stops at %d", gap),
+		"no fill pass has run since the migrations", "never ran", "fill-silent")
+	if strings.Contains(out, "last written") {
+		t.Errorf("status says the fill state was written by a pass:\n%s", out)
+	}
+
+	fillPass(t, db)
+	code, r = statusJSON(t, vars)
+	if code != exitOK || !r.Fill.PassEverRan || r.Fill.Lag != 0 {
+		t.Errorf("after a fill pass: exit %d, pass_ever_ran %v, lag %d; want 0, true, 0 (findings %v)", code, r.Fill.PassEverRan, r.Fill.Lag, findingNames(r))
+	}
+}
+
+// The header names the schema once: "schema outbox on ...".
+func TestStatusHeaderNamesTheSchemaOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fillPass(t, db)
+	_, out, _ := cli(t, map[string]string{"DATABASE_URL": db.URL}, "status")
+	header, _, _ := strings.Cut(out, "\n")
+	if !strings.HasPrefix(header, "schema outbox on postgres@") {
+		t.Errorf("header %q, want it to start with \"schema outbox on postgres@\"", header)
+	}
+	if strings.Count(header, "outbox") != 1 {
+		t.Errorf("header %q repeats the schema", header)
+	}
+}
+
+// A prune that never ran is flagged once its deployment is older than
+// --prune-silent-after (not before: it runs hourly).
+func TestStatusFlagsAPruneThatNeverRan(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	publish(t, db)
+	fillPass(t, db)
+	sweepPass(t, db)
+	vars := map[string]string{"DATABASE_URL": db.URL}
+	if code, r := statusJSON(t, vars); code != exitOK {
+		t.Errorf("status of a new deployment whose prune has not run yet exits %d with %v, want 0", code, findingNames(r))
+	}
+	mustExec(t, db, `UPDATE outbox.schema_migrations SET applied_at = applied_at - interval '3 hours' WHERE name = '0008_prune_state.sql'`)
+
+	code, r := statusJSON(t, vars)
+	if code != exitAttention {
+		t.Errorf("status with a prune that never ran in 3h exits %d, want %d", code, exitAttention)
+	}
+	if got := findingNames(r); !slices.Equal(got, []string{"prune-silent"}) {
+		t.Errorf("findings = %v, want [prune-silent]", got)
+	}
+	_, out, _ := cli(t, vars, "status")
+	wantIn(t, "status", out, "prune-silent", "the prune has never recorded a pass")
+
+	prunePass(t, db)
+	if code, r := statusJSON(t, vars); code != exitOK {
+		t.Errorf("status after a prune pass exits %d with %v, want 0", code, findingNames(r))
+	}
+}
+
+// On a database without the outbox schema, status says the schema is
+// missing and how to migrate, not the server's raw error.
+func TestStatusOnAnUnmigratedDatabaseSaysHowToMigrate(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	mustExec(t, db, `CREATE SCHEMA empty_outbox`)
+	for _, schema := range []string{"never_made", "empty_outbox"} {
+		t.Run(schema, func(t *testing.T) {
+			code, out, errs := cli(t, map[string]string{"DATABASE_URL": db.URL, "OUTBOX_SCHEMA": schema}, "status")
+			wantCode(t, "status", code, exitError, out, errs)
+			wantIn(t, "status", errs, "schema "+schema, "missing or incomplete", "version 0", "outboxkeeper migrate up", "migrate status")
+		})
+	}
+}
+
+// A usage error is one line that says what is wrong and where the help
+// is; the help itself is not printed.
+func TestUsageErrorsAreOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"sideways"},
+		{"migrate", "sideways"},
+		{"status", "--nope"},
+		{"status", "extra"},
+		{"status", "--timeout", "720h"},
+		{"dead", "retry"},
+		{"migrate", "print", "extra"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errs := cli(t, map[string]string{}, args...)
+			wantCode(t, strings.Join(args, " "), code, exitUsage, out, errs)
+			if n := strings.Count(errs, "\n"); n != 1 {
+				t.Errorf("stderr has %d lines, want 1:\n%s", n, errs)
+			}
+			if !strings.Contains(errs, "--help") {
+				t.Errorf("stderr %q does not point at --help", errs)
+			}
+			if strings.Contains(out+errs, "Usage:") {
+				t.Errorf("the help was printed:\n%s%s", out, errs)
+			}
+		})
+	}
+}
+
+// --timeout becomes the server's statement_timeout, which takes at most
+// 24 days; the CLI bounds it and names the flag.
+func TestTimeoutIsBounded(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "--timeout", "720h"},
+		{"status", "--timeout", "0s"},
+		{"skip-stall", "--timeout", "2h", "--to", "1", "--reason", "x"},
+		{"dead", "list", "--timeout", "500ms"},
+		{"migrate", "up", "--timeout", "61m"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errs := cli(t, map[string]string{}, args...)
+			wantCode(t, strings.Join(args, " "), code, exitUsage, out, errs)
+			wantIn(t, "stderr", errs, "-timeout", "between 1s and 1h")
+		})
+	}
+}
+
+// skip-stall records who skipped: with $USER unset it would record
+// nobody in particular, so --operator is required then.
+func TestSkipStallWithoutUserRequiresOperator(t *testing.T) {
+	code, out, errs := cli(t, map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"}, "skip-stall", "--to", "5", "--reason", "INC-1")
+	wantCode(t, "skip-stall without $USER or --operator", code, exitUsage, out, errs)
+	wantIn(t, "stderr", errs, "--operator", "$USER")
+	if strings.Contains(out+errs, "unknown@") {
+		t.Errorf("it still records unknown@host:\n%s%s", out, errs)
+	}
+}
+
+// migrate up and migrate print speak JSON, as every command does.
+func TestMigrateUpAndPrintSpeakJSON(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	vars := map[string]string{"DATABASE_URL": db.URL, "OUTBOX_SCHEMA": "json_outbox"}
+	all, err := migrate.Load("json_outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := all[len(all)-1]
+
+	code, out, errs := cli(t, vars, "migrate", "up", "--json")
+	wantCode(t, "migrate up --json", code, exitOK, out, errs)
+	var up struct {
+		Schema  string `json:"schema"`
+		Applied []struct {
+			Name, Checksum string
+		} `json:"applied"`
+		AlreadyApplied int    `json:"already_applied"`
+		Attempts       int    `json:"attempts"`
+		Version        int    `json:"version"`
+		Latest         string `json:"latest"`
+	}
+	if err := json.Unmarshal([]byte(out), &up); err != nil {
+		t.Fatalf("migrate up --json is not JSON: %v\n%s", err, out)
+	}
+	if up.Schema != "json_outbox" || len(up.Applied) != len(all) || up.Applied[0].Checksum != all[0].Checksum ||
+		up.Latest != latest.Name || up.Version != latest.Version() || up.Attempts != 1 {
+		t.Errorf("migrate up --json = %+v", up)
+	}
+	code, out, _ = cli(t, vars, "migrate", "up", "--json")
+	if err := json.Unmarshal([]byte(out), &up); err != nil || code != exitOK || len(up.Applied) != 0 || up.AlreadyApplied != len(all) {
+		t.Errorf("migrate up --json again exits %d with %+v (%v), want nothing applied", code, up, err)
+	}
+
+	after := all[len(all)-2].Name
+	code, out, errs = cli(t, map[string]string{}, "migrate", "print", "--json", "--after", after)
+	wantCode(t, "migrate print --json", code, exitOK, out, errs)
+	var printed struct {
+		Schema, After, Latest, SQL string
+		Migrations                 []struct {
+			Name, Checksum string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &printed); err != nil {
+		t.Fatalf("migrate print --json is not JSON: %v\n%s", err, out)
+	}
+	if printed.Schema != "outbox" || printed.After != after || printed.Latest != latest.Name ||
+		len(printed.Migrations) != 1 || printed.Migrations[0].Name != latest.Name || !strings.Contains(printed.SQL, "COMMIT;") {
+		t.Errorf("migrate print --json = %+v", printed)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,7 +29,46 @@ const defaultTimeout = 30 * time.Second
 func addDBFlags(fs *flag.FlagSet, f *dbFlags) {
 	addSchema(fs, &f.schemaFlags)
 	fs.BoolVar(&f.json, "json", false, "print JSON for scripts instead of tables")
-	fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "how long the command's statements may take in all (the server cancels one still running then)")
+	addTimeout(fs, &f.timeout, defaultTimeout, "how long the command's statements may take in all (the server cancels one still running then)")
+}
+
+// The bounds of --timeout: the server takes a statement_timeout of at
+// most 2^31-1 ms (24 days), and a command meant to wait longer than an
+// hour on a busy database is better run again.
+const (
+	minTimeout = time.Second
+	maxTimeout = time.Hour
+)
+
+// addTimeout declares --timeout, refused at parse time outside
+// [minTimeout, maxTimeout], so a typo (720h) is a usage error naming the
+// flag rather than the server's refusal of the setting.
+func addTimeout(fs *flag.FlagSet, d *time.Duration, def time.Duration, usage string) {
+	*d = def
+	fs.Var((*timeoutValue)(d), "timeout", usage+": a `duration` from 1s to 1h")
+}
+
+type timeoutValue time.Duration
+
+func (v *timeoutValue) String() string { return time.Duration(*v).String() }
+
+func (v *timeoutValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return errors.New(`want a Go duration such as "30s" or "5m"`)
+	case d < minTimeout || d > maxTimeout:
+		return fmt.Errorf("must be between %s and %s", minTimeout, shortDuration(maxTimeout))
+	}
+	*v = timeoutValue(d)
+	return nil
+}
+
+// shortDuration is d without Go's trailing zero units (1h, not 1h0m0s).
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	s = strings.TrimSuffix(s, "0s")
+	return strings.TrimSuffix(s, "0m")
 }
 
 // bounded is the login's pool with every statement behind a

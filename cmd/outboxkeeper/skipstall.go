@@ -62,7 +62,7 @@ never the functions' maintainer role, which only writes what it proved.
 		addDBFlags(fs, &f.dbFlags)
 		fs.Int64Var(&f.to, "to", 0, "skip up to and including this sequence (at most the allocation head)")
 		fs.StringVar(&f.reason, "reason", "", "why, for the record (required)")
-		fs.StringVar(&f.operator, "operator", "", "who, for the record (default: $USER@host)")
+		fs.StringVar(&f.operator, "operator", "", "who, for the record (default: $USER@host; required when $USER is not set)")
 		fs.BoolVar(&f.yes, "yes", false, "do it (without: show what it would do, and refuse)")
 		return f
 	},
@@ -96,7 +96,9 @@ func runSkipStall(ctx context.Context, e *env, opts any, args []string) error {
 		return usagef("--reason: why, for the record, is required")
 	}
 	if f.operator == "" {
-		f.operator = defaultOperator(e)
+		if f.operator = defaultOperator(e); f.operator == "" {
+			return usagef("--operator: who, for the record, is required when $USER is not set")
+		}
 	}
 	l, err := connect(ctx, e, f.schema)
 	if err != nil {
@@ -181,11 +183,13 @@ func printPlan(w io.Writer, p skipPlan) error {
 	return err
 }
 
-// defaultOperator is $USER@host, as the record's "who".
+// defaultOperator is $USER@host, as the record's "who"; "" when $USER is
+// not set (a container, cron, CI), where it would record nobody in
+// particular.
 func defaultOperator(e *env) string {
 	user := strings.TrimSpace(lookup(e, "USER"))
 	if user == "" {
-		user = "unknown"
+		return ""
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {

@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
@@ -48,10 +53,12 @@ var statusCommand = &command{
   QUEUES      the rollback report queue and its DLQ, when their URLs are known
 
 Exit status 3, with the reasons under NEEDS ATTENTION, when any of these holds:
-  fill-silent    no fill pass has written its state for --silent-after (5m):
-                 its schedule is disabled, its role or trigger broken, or it fails
+  fill-silent    no fill pass has written its state for --silent-after (5m), or
+                 none ever (what the migration wrote is not a pass): its schedule
+                 is disabled, its role or trigger broken, or it fails
   sweep-silent   no sweep pass for --silent-after, or none ever
-  prune-silent   the last prune pass is older than --prune-silent-after (2h)
+  prune-silent   the last prune pass is older than --prune-silent-after (2h), or
+                 none ever since its table was made longer ago than that
   proof-blocked  the current proof has waited longer than --stalled-after (5m)
   stalled        the watermark has stalled longer than --stalled-after
   dead           a delivery is dead
@@ -85,30 +92,38 @@ type statusReport struct {
 	Deliveries store.DeliveryCounts `json:"deliveries"`
 	Sweep      sweep.State          `json:"sweep"`
 	Prune      prune.State          `json:"prune"`
-	Skips      []store.Skip         `json:"skips"`
-	Queue      *queueDepth          `json:"queue,omitempty"`
-	DLQ        *queueDepth          `json:"dlq,omitempty"`
-	Attention  []finding            `json:"attention"`
+	// PruneInstalledAt is when the migration that made prune_state was
+	// applied: a prune that never ran is silent counted from then.
+	PruneInstalledAt *time.Time   `json:"prune_installed_at"`
+	Skips            []store.Skip `json:"skips"`
+	Queue            *queueDepth  `json:"queue,omitempty"`
+	DLQ              *queueDepth  `json:"dlq,omitempty"`
+	Attention        []finding    `json:"attention"`
 }
 
 // fillReport is the fill's side of the status.
 type fillReport struct {
-	Started   bool   `json:"started"`
-	Watermark int64  `json:"watermark"`
-	Head      int64  `json:"head"`
+	Started   bool  `json:"started"`
+	Watermark int64 `json:"watermark"`
+	Head      int64 `json:"head"`
+	// Lag is Head - Watermark, before the first pass too: read_events
+	// stops at the first missing sequence until a pass proves it.
 	Lag       int64  `json:"lag"`
 	StalledAt *int64 `json:"stalled_at"`
 	// Waiting is what the fill waits for: "" (caught up), "grace",
 	// "proof", "fill" (a proven cycle being written), "look" (behind the
 	// head with no cycle yet: the next tick looks), "start" (never ran).
-	Waiting        string          `json:"waiting"`
-	Cycle          *fill.CycleView `json:"cycle"`
-	StallAgeS      *float64        `json:"stall_age_s"`
-	ProofBlockedS  *float64        `json:"proof_blocked_s"`
-	PassRunning    bool            `json:"pass_running"`
-	LastWriteAgoS  float64         `json:"last_write_ago_s"`
-	LastWriteAt    time.Time       `json:"last_write_at"`
-	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+	Waiting       string          `json:"waiting"`
+	Cycle         *fill.CycleView `json:"cycle"`
+	StallAgeS     *float64        `json:"stall_age_s"`
+	ProofBlockedS *float64        `json:"proof_blocked_s"`
+	PassRunning   bool            `json:"pass_running"`
+	// PassEverRan is false while fill_state is as a migration wrote it:
+	// no pass has run since, and LastWriteAt, LastWriteAgoS are null.
+	PassEverRan    bool       `json:"pass_ever_ran"`
+	LastWriteAgoS  *float64   `json:"last_write_ago_s"`
+	LastWriteAt    *time.Time `json:"last_write_at"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 }
 
 // finding is one reason a person is needed.
@@ -134,10 +149,14 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) error {
 	r := &statusReport{Schema: l.schema, Database: l.target, BlockedBy: []fill.Blocker{}}
 	fs, err := fill.ReadStatus(ctx, q, schema)
 	if err != nil {
-		return err
+		return explainMissingSchema(ctx, q, l, err)
+	}
+	ran, err := fillPassEverRan(ctx, q, schema)
+	if err != nil {
+		return explainMissingSchema(ctx, q, l, err)
 	}
 	r.At = fs.Now
-	r.Fill = describeFill(fs)
+	r.Fill = describeFill(fs, ran)
 	if m := fs.Cycle; m != nil && m.Marker != nil && r.Fill.Waiting == fill.WaitingProof {
 		if r.BlockedBy, err = fill.Blockers(ctx, q, *m.Marker); err != nil {
 			return err
@@ -150,6 +169,9 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) error {
 		return err
 	}
 	if r.Prune, err = prune.ReadState(ctx, q, schema); err != nil {
+		return err
+	}
+	if r.PruneInstalledAt, err = appliedAt(ctx, q, schema, pruneMigration); err != nil {
 		return err
 	}
 	if r.Skips, err = store.NewSkips(schema).Recent(ctx, q, 3); err != nil {
@@ -190,21 +212,74 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) error {
 	return nil
 }
 
-// describeFill turns fill_state into what the fill is doing.
-func describeFill(s fill.Status) fillReport {
+// fillPassEverRan says whether a fill pass has written fill_state since
+// the migrations did. Every pass's last statement sets updated_at to its
+// transaction's now(); the migration that made the row set it to its own,
+// which is also the applied_at it recorded, and no pass's transaction
+// can share that timestamp with a migration's.
+func fillPassEverRan(ctx context.Context, q store.Querier, schema store.Schema) (bool, error) {
+	var ran bool
+	err := q.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+schema.Table("schema_migrations")+` AS m WHERE m.applied_at = f.updated_at)
+		FROM `+schema.Table("fill_state")+` AS f WHERE f.singleton`).Scan(&ran)
+	if err != nil {
+		return false, fmt.Errorf("read fill state: %w", err)
+	}
+	return ran, nil
+}
+
+// pruneMigration made prune_state: a prune pass is due from when it was
+// applied.
+const pruneMigration = "0008_prune_state.sql"
+
+// appliedAt is when migration name was applied, nil if it was not.
+func appliedAt(ctx context.Context, q store.Querier, schema store.Schema, name string) (*time.Time, error) {
+	var at *time.Time
+	err := q.QueryRow(ctx, `SELECT max(applied_at) FROM `+schema.Table("schema_migrations")+` WHERE name = $1`, name).Scan(&at)
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	return at, nil
+}
+
+// explainMissingSchema turns a statement that found no outbox table or
+// function (an unmigrated or half-migrated database) into what to do:
+// the schema version check's own words. Any other error is returned as
+// it is.
+func explainMissingSchema(ctx context.Context, q store.Querier, l *login, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !slices.Contains([]string{"42P01", "3F000", "42883", "42703"}, pgErr.Code) {
+		return err
+	}
+	st, serr := migrations.ReadStatus(ctx, q, l.schema)
+	if serr != nil {
+		return fmt.Errorf("%w (and reading its migrations: %v)", err, serr)
+	}
+	problem := st.Check()
+	if problem == nil {
+		return err
+	}
+	return fmt.Errorf("the outbox schema %s on %s is missing or incomplete: %v ('outboxkeeper migrate status' lists each migration)", l.schema, l.target, problem)
+}
+
+// describeFill turns fill_state into what the fill is doing; ran says a
+// pass has written it since the migrations.
+func describeFill(s fill.Status, ran bool) fillReport {
 	r := fillReport{
 		Started: s.Started, Watermark: s.Watermark, Head: s.Head,
-		PassRunning: s.LeaseHeld, LeaseExpiresAt: s.LeaseExpiresAt,
-		LastWriteAt: s.UpdatedAt, LastWriteAgoS: max(s.Now.Sub(s.UpdatedAt), 0).Seconds(),
+		PassRunning: s.LeaseHeld, LeaseExpiresAt: s.LeaseExpiresAt, PassEverRan: ran,
 	}
-	if !s.Started {
-		r.Waiting = "start"
-		return r
+	if ran {
+		at, ago := s.UpdatedAt, max(s.Now.Sub(s.UpdatedAt), 0).Seconds()
+		r.LastWriteAt, r.LastWriteAgoS = &at, &ago
 	}
 	if s.Head > s.Watermark {
 		r.Lag = s.Head - s.Watermark
 		next := s.Watermark + 1
 		r.StalledAt = &next
+	}
+	if !s.Started {
+		r.Waiting = "start"
+		return r
 	}
 	if c := s.Cycle; c != nil {
 		r.Cycle = &fill.CycleView{From: c.From, FirstSeenAt: c.FirstSeenAt, Historical: c.Historical, Marker: c.Marker}
@@ -239,8 +314,16 @@ func assess(r *statusReport, th thresholds) []finding {
 	out := []finding{}
 	add := func(name, what, next string) { out = append(out, finding{name, what, next}) }
 	fr := r.Fill
-	if silent := time.Duration(fr.LastWriteAgoS * float64(time.Second)); silent > th.silentAfter {
-		add("fill-silent", fmt.Sprintf("no fill pass has written its state for %s (last at %s)", age(silent), stamp(&fr.LastWriteAt)),
+	switch {
+	case !fr.PassEverRan:
+		what := "no fill pass has run since the migrations"
+		if fr.Lag > 0 {
+			what += fmt.Sprintf("; read_events stops at %d until one proves the gaps", deref(fr.StalledAt))
+		}
+		add("fill-silent", what, "check the fill's schedule (ScheduleState), its Errors and its log group")
+	case time.Duration(*fr.LastWriteAgoS*float64(time.Second)) > th.silentAfter:
+		silent := time.Duration(*fr.LastWriteAgoS * float64(time.Second))
+		add("fill-silent", fmt.Sprintf("no fill pass has written its state for %s (last at %s)", age(silent), stamp(fr.LastWriteAt)),
 			"check the fill's schedule (ScheduleState), its Errors and its log group")
 	}
 	switch {
@@ -250,7 +333,14 @@ func assess(r *statusReport, th thresholds) []finding {
 		add("sweep-silent", fmt.Sprintf("no sweep pass for %s (last at %s)", age(r.At.Sub(*r.Sweep.LastPassAt)), stamp(r.Sweep.LastPassAt)),
 			"check the sweep's schedule (ScheduleState), its Errors and its log group")
 	}
-	if p := r.Prune.LastPassAt; p != nil && r.At.Sub(*p) > th.pruneSilentAfter {
+	// A prune that never ran is silent from its deployment on: it runs
+	// hourly, so a new deployment has not seen its first pass yet.
+	switch p, since := r.Prune.LastPassAt, r.PruneInstalledAt; {
+	case p == nil && since != nil && r.At.Sub(*since) > th.pruneSilentAfter:
+		add("prune-silent", fmt.Sprintf("the prune has never recorded a pass, %s after its deployment (%s): nothing was deleted, the tables grow",
+			age(r.At.Sub(*since)), stamp(since)),
+			"check the prune's schedule (ScheduleState), its Errors and its log group")
+	case p != nil && r.At.Sub(*p) > th.pruneSilentAfter:
 		add("prune-silent", fmt.Sprintf("no prune pass for %s (last at %s)", age(r.At.Sub(*p)), stamp(p)),
 			"check the prune's schedule and its log group")
 	}
@@ -301,13 +391,16 @@ func sessions(n int) string {
 
 func printStatusReport(w io.Writer, r *statusReport, th thresholds) error {
 	fr := r.Fill
-	fmt.Fprintf(w, "outbox %s on %s, at %s\n\n", r.Schema, r.Database, stamp(&r.At))
+	fmt.Fprintf(w, "schema %s on %s, at %s\n\n", r.Schema, r.Database, stamp(&r.At))
 
 	fmt.Fprintln(w, "FILL")
 	fmt.Fprintf(w, "  watermark %d   head %d   lag %d\n", fr.Watermark, fr.Head, fr.Lag)
 	switch fr.Waiting {
 	case "start":
 		fmt.Fprintln(w, "  not started: no fill pass has anchored the watermark yet")
+		if fr.Lag > 0 {
+			fmt.Fprintf(w, "  read_events stops at %d, the first missing sequence, until a fill pass proves it\n", deref(fr.StalledAt))
+		}
 	case "":
 		fmt.Fprintln(w, "  caught up")
 	case "look":
@@ -330,7 +423,11 @@ func printStatusReport(w io.Writer, r *statusReport, th thresholds) error {
 	if fr.PassRunning {
 		running = "a pass holds the lease until " + stamp(fr.LeaseExpiresAt)
 	}
-	fmt.Fprintf(w, "  last written %s ago; %s\n", age(time.Duration(fr.LastWriteAgoS*float64(time.Second))), running)
+	if fr.PassEverRan {
+		fmt.Fprintf(w, "  last written %s ago; %s\n", seconds(fr.LastWriteAgoS), running)
+	} else {
+		fmt.Fprintf(w, "  no fill pass has run since the migrations; %s\n", running)
+	}
 
 	if len(r.BlockedBy) > 0 || fr.Waiting == fill.WaitingProof {
 		fmt.Fprintln(w, "\nBLOCKED BY (sessions holding the xmin horizon at or before the marker)")
@@ -346,7 +443,7 @@ func printStatusReport(w io.Writer, r *statusReport, th thresholds) error {
 
 	fmt.Fprintln(w, "\nPASSES")
 	rows := [][]string{
-		{"fill", stamp(&fr.LastWriteAt), age(time.Duration(fr.LastWriteAgoS * float64(time.Second))), fillOutcome(fr)},
+		{"fill", stamp(fr.LastWriteAt), seconds(fr.LastWriteAgoS), fillOutcome(fr)},
 		sweepRow(r.At, r.Sweep),
 		pruneRow(r.At, r.Prune),
 	}
@@ -402,6 +499,9 @@ func describeWaiting(fr fillReport) string {
 }
 
 func fillOutcome(fr fillReport) string {
+	if !fr.PassEverRan {
+		return "never ran"
+	}
 	switch fr.Waiting {
 	case "start":
 		return "never anchored"

@@ -10,6 +10,7 @@ import (
 	"errors"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
@@ -32,11 +33,24 @@ func main() {
 	// The database is opened per request, and only for Create and Update:
 	// no login, secret read or connection happens at init.
 	open := func(ctx context.Context) (migrateresource.DB, error) {
-		return pg.NewPool(ctx, dbConfig, pg.Options{ApplicationName: "outboxkeeper-migrate"})
+		pool, err := pg.NewPool(ctx, dbConfig, pg.Options{ApplicationName: "outboxkeeper-migrate"})
+		if err != nil {
+			return nil, err
+		}
+		return explained{pool}, nil
 	}
 	svc, err := migrateresource.New(open, cfg, migrateresource.Options{Logger: logger, Misconfigured: misconfigured})
 	if err != nil {
 		logging.InitFailed(logger, "migrate", "build migrate service", err)
 	}
 	lambda.Start(svc.Handle)
+}
+
+// explained is the pool with a server's refusal of TLS explained in the
+// Reason CloudFormation shows: the first connection is dialled at Begin.
+type explained struct{ *pg.Pool }
+
+func (e explained) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := e.Pool.Begin(ctx)
+	return tx, pg.ExplainTLS(err)
 }

@@ -273,3 +273,48 @@ func TestDeleteNeedsNoDatabase(t *testing.T) {
 		t.Errorf("Delete's response:\n got %s\nwant %s", p.Body, w)
 	}
 }
+
+// A ResponseURL that accepts and never answers, under the real runtime
+// with a short timeout: the PUT gives up before the deadline, so the
+// invocation fails on its own (Lambda retries it) with its log line
+// written, instead of being cut off at the deadline with none.
+func TestSilentResponseURLUnderRIEStillLogs(t *testing.T) {
+	t.Parallel()
+	done := make(chan struct{})
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case <-done:
+		case <-req.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(done); silent.Close() })
+	r := &responseURL{srv: silent}
+	env := map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/nowhere"}
+	env["AWS_LAMBDA_LOG_STREAM_NAME"] = logStream
+	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = "4"
+	fn := lambdatest.Start(t, lambdatest.Build(t, "migrate"), env)
+	_, payload := r.event(t, "delete", "outbox")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := fn.Invoke(ctx, payload)
+	if err == nil {
+		t.Fatalf("the invocation succeeded without an answer reaching CloudFormation: %s", out)
+	}
+	if strings.Contains(err.Error()+string(out), "timed out") {
+		t.Errorf("the invocation ran into its timeout: %v %s", err, out)
+	}
+	logs := fn.AwaitLogs(func(l string) bool { return strings.Contains(l, `"message":"migrate Delete"`) })
+	var line map[string]any
+	for _, l := range lambdatest.JSONLines(logs) {
+		if l["message"] == "migrate Delete" {
+			line = l
+		}
+	}
+	if line == nil {
+		t.Fatalf("no log line for the request:\n%s", logs)
+	}
+	if line["responded"] != false || !strings.Contains(fmt.Sprint(line["response_error"]), "no answer within") {
+		t.Errorf("log line responded=%v response_error=%v, want false and no answer within ...", line["responded"], line["response_error"])
+	}
+}

@@ -26,6 +26,9 @@ die() { printf 'check.sh: %s\n' "$*" >&2; exit 1; }
 want="$(sha256sum "$REQ" | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [[ "$want" != "$have" || ! -x "$VENV/bin/sam" || ! -x "$VENV/bin/cfn-lint" ]]; then
+	if [[ "$PYTHON" == python3 ]]; then
+		NEED_WHO=check.sh bash infra/stack/need.sh python-venv || exit 1
+	fi
 	log "installing $(grep -v '^#' "$REQ" | xargs) into $VENV"
 	# Start clean: a half-upgraded venv can mix incompatible versions.
 	rm -rf "$VENV"

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -55,6 +56,9 @@ const CompatibleMarker = "outboxkeeper:compatible"
 type Result struct {
 	Applied []string // names applied by this call
 	Skipped []string // names found already applied
+	// Attempts counts the transactions it took: more than 1 when an
+	// attempt ran out of lock_timeout and was tried again.
+	Attempts int
 }
 
 // Load returns the migrations rendered for schema, in the order they apply.
@@ -140,7 +144,9 @@ type bookkeeping struct {
 	quoted string
 	// pinPath is the first statement of every migration transaction.
 	pinPath string
-	// lock serialises migrators of one schema (see Apply).
+	// lockTimeout bounds every lock wait of an attempt (see ApplyWith).
+	lockTimeout string
+	// lock serialises migrators of one schema (see ApplyWith).
 	lock string
 	// schemaExists and columnsExist let Apply skip DDL that is already
 	// done: CREATE SCHEMA IF NOT EXISTS checks the CREATE privilege on the
@@ -157,7 +163,7 @@ type bookkeeping struct {
 	backfill string
 }
 
-func newBookkeeping(schema string) bookkeeping {
+func newBookkeeping(schema string, lockTimeout time.Duration) bookkeeping {
 	q := pgx.Identifier{schema}.Sanitize()
 	t := q + ".schema_migrations"
 	return bookkeeping{
@@ -166,6 +172,7 @@ func newBookkeeping(schema string) bookkeeping {
 		// path pinned, a built-in operator or type cannot be shadowed by
 		// one planted in a schema the migrating login can see.
 		pinPath:      `SET LOCAL search_path = pg_catalog, pg_temp`,
+		lockTimeout:  fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, max(1, lockTimeout.Milliseconds())),
 		lock:         `SELECT pg_advisory_xact_lock(hashtext('outboxkeeper.migrate'), hashtext('` + schema + `'))`,
 		schemaExists: `SELECT to_regnamespace('` + q + `') IS NOT NULL`,
 		columnsExist: `SELECT count(*) = 2 FROM pg_catalog.pg_attribute
@@ -233,59 +240,176 @@ func short(sum string) string {
 	return sum
 }
 
+// The defaults of ApplyOptions.
+const (
+	// DefaultLockTimeout bounds each lock wait of an attempt. A migration
+	// waiting for a lock queues every later request for a conflicting one
+	// behind it: while it waits behind a long transaction, publishers wait
+	// behind it. Bounded, they wait at most this long, then get through
+	// while the migrator rolls back and pauses.
+	DefaultLockTimeout = time.Second
+	// DefaultRetryInterval is the first pause after an attempt that ran
+	// out of lock_timeout; it doubles up to maxRetryInterval.
+	DefaultRetryInterval = time.Second
+	// DefaultBudget bounds Apply when its context has no deadline.
+	DefaultBudget = 2 * time.Minute
+)
+
+const maxRetryInterval = 10 * time.Second
+
+// ApplyOptions shape Apply's waiting; a zero field means its default.
+type ApplyOptions struct {
+	// LockTimeout is every attempt's lock_timeout.
+	LockTimeout time.Duration
+	// RetryInterval is the pause after the first attempt that timed out.
+	RetryInterval time.Duration
+	// OnLockTimeout, when set, hears of each attempt that timed out
+	// before the pause that follows it (for a log line).
+	OnLockTimeout func(*LockError, time.Duration)
+}
+
+func (o ApplyOptions) withDefaults() ApplyOptions {
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.RetryInterval <= 0 {
+		o.RetryInterval = DefaultRetryInterval
+	}
+	return o
+}
+
+// LockError is a migration that could not get a lock within
+// lock_timeout on any attempt its budget allowed: a long transaction holds
+// a lock it needs. Nothing was applied.
+type LockError struct {
+	Schema string
+	// Step is what waited: a migration's file name, or the migrator's
+	// own bookkeeping.
+	Step        string
+	Attempts    int
+	LockTimeout time.Duration
+	// Err is the last attempt's error (SQLSTATE 55P03).
+	Err error
+}
+
+func (e *LockError) Error() string {
+	return fmt.Sprintf("migrate: %s in schema %s waited longer than lock_timeout %s for a lock on each of %d %s, and the time for migrating ran out; "+
+		"nothing was applied. A long transaction holds a lock it needs: find it in pg_stat_activity (the oldest xact_start) and end it, "+
+		"or migrate again once it has ended: %v", e.Step, e.Schema, e.LockTimeout, e.Attempts, plural(e.Attempts, "attempt", "attempts"), e.Err)
+}
+
+func (e *LockError) Unwrap() error { return e.Err }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // Apply brings schema up to date in one transaction and records each
+// migration with its checksum, with the default ApplyOptions.
+func Apply(ctx context.Context, conn Conn, schema string) (Result, error) {
+	return ApplyWith(ctx, conn, schema, ApplyOptions{})
+}
+
+// ApplyWith brings schema up to date in one transaction and records each
 // migration with its checksum. It refuses, changing nothing, when an
 // applied migration's file differs from this build's (*ChangedError).
 //
+// Every lock wait is bounded by lock_timeout: an attempt that runs out
+// rolls back, pauses so that the statements queued behind it get through,
+// and tries again, for as long as ctx's deadline (or DefaultBudget) leaves
+// time for another attempt; then it returns a *LockError.
+//
 // Two migrators started at the same moment serialise on a transaction-level
-// advisory lock keyed by the schema name: the second waits, then sees every
-// migration recorded and applies nothing. A transaction-level lock (not a
-// session one) ends with the transaction, so nothing is left behind on a
-// pooled connection. Migrations are run by operators, the deploy-time
-// custom resource and tests, never by the passes, so this is the one place
-// outboxkeeper takes an advisory lock.
-func Apply(ctx context.Context, conn Conn, schema string) (Result, error) {
-	var res Result
+// advisory lock keyed by the schema name: the second waits (and retries),
+// then sees every migration recorded and applies nothing. A
+// transaction-level lock (not a session one) ends with the transaction, so
+// nothing is left behind on a pooled connection. Migrations are run by
+// operators, the deploy-time custom resource and tests, never by the
+// passes, so this is the one place outboxkeeper takes an advisory lock.
+func ApplyWith(ctx context.Context, conn Conn, schema string, opts ApplyOptions) (Result, error) {
+	opts = opts.withDefaults()
 	list, err := Load(schema)
 	if err != nil {
-		return res, err
+		return Result{}, err
 	}
-	b := newBookkeeping(schema)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultBudget)
+		defer cancel()
+	}
+	deadline, _ := ctx.Deadline()
+	b := newBookkeeping(schema, opts.LockTimeout)
+	pause := opts.RetryInterval
+	for attempt := 1; ; attempt++ {
+		res, step, err := applyOnce(ctx, conn, schema, list, b)
+		if err == nil || !store.IsLockTimeout(err) || ctx.Err() != nil {
+			res.Attempts = attempt
+			return res, err
+		}
+		lerr := &LockError{Schema: schema, Step: step, Attempts: attempt, LockTimeout: opts.LockTimeout, Err: err}
+		// Another attempt needs the pause and at least one lock wait.
+		if time.Until(deadline) < pause+opts.LockTimeout {
+			return Result{Attempts: attempt}, lerr
+		}
+		if opts.OnLockTimeout != nil {
+			opts.OnLockTimeout(lerr, pause)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Result{Attempts: attempt}, lerr
+		case <-t.C:
+		}
+		pause = min(2*pause, maxRetryInterval)
+	}
+}
+
+// applyOnce is one attempt, in one transaction; step names what it was
+// doing when it failed.
+func applyOnce(ctx context.Context, conn Conn, schema string, list []Migration, b bookkeeping) (res Result, step string, err error) {
+	step = "the migrator's bookkeeping"
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return res, fmt.Errorf("migrate: begin: %w", err)
+		return res, step, fmt.Errorf("migrate: begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 
 	if _, err := tx.Exec(ctx, b.pinPath); err != nil {
-		return res, fmt.Errorf("migrate: pin search_path: %w", err)
+		return res, step, fmt.Errorf("migrate: pin search_path: %w", err)
+	}
+	if _, err := tx.Exec(ctx, b.lockTimeout); err != nil {
+		return res, step, fmt.Errorf("migrate: set lock_timeout: %w", err)
 	}
 	if _, err := tx.Exec(ctx, b.lock); err != nil {
-		return res, fmt.Errorf("migrate: lock: %w", err)
+		return res, "the migrators' advisory lock (another migrator is running)", fmt.Errorf("migrate: lock: %w", err)
 	}
 	var exists bool
 	if err := tx.QueryRow(ctx, b.schemaExists).Scan(&exists); err != nil {
-		return res, fmt.Errorf("migrate: look up schema: %w", err)
+		return res, step, fmt.Errorf("migrate: look up schema: %w", err)
 	}
 	if !exists {
 		if _, err := tx.Exec(ctx, b.createSchema); err != nil {
-			return res, fmt.Errorf("migrate: create schema: %w", err)
+			return res, step, fmt.Errorf("migrate: create schema: %w", err)
 		}
 	}
 	if _, err := tx.Exec(ctx, b.createTable); err != nil {
-		return res, fmt.Errorf("migrate: create schema_migrations: %w", err)
+		return res, step, fmt.Errorf("migrate: create schema_migrations: %w", err)
 	}
 	if err := tx.QueryRow(ctx, b.columnsExist).Scan(&exists); err != nil {
-		return res, fmt.Errorf("migrate: read schema_migrations: %w", err)
+		return res, step, fmt.Errorf("migrate: read schema_migrations: %w", err)
 	}
 	if !exists {
 		if _, err := tx.Exec(ctx, b.addColumns); err != nil {
-			return res, fmt.Errorf("migrate: upgrade schema_migrations: %w", err)
+			return res, step, fmt.Errorf("migrate: upgrade schema_migrations: %w", err)
 		}
 	}
 	rows, err := tx.Query(ctx, b.applied)
 	if err != nil {
-		return res, fmt.Errorf("migrate: read schema_migrations: %w", err)
+		return res, step, fmt.Errorf("migrate: read schema_migrations: %w", err)
 	}
 	type row struct {
 		Name     string
@@ -293,7 +417,7 @@ func Apply(ctx context.Context, conn Conn, schema string) (Result, error) {
 	}
 	recorded, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	if err != nil {
-		return res, fmt.Errorf("migrate: read schema_migrations: %w", err)
+		return res, step, fmt.Errorf("migrate: read schema_migrations: %w", err)
 	}
 	applied := map[string]*string{}
 	for _, r := range recorded {
@@ -304,11 +428,11 @@ func Apply(ctx context.Context, conn Conn, schema string) (Result, error) {
 		names, sums = append(names, m.Name), append(sums, m.Checksum)
 		sum, done := applied[m.Name]
 		if done && sum != nil && *sum != m.Checksum {
-			return Result{}, &ChangedError{Schema: schema, Name: m.Name, Recorded: *sum, Build: m.Checksum}
+			return Result{}, step, &ChangedError{Schema: schema, Name: m.Name, Recorded: *sum, Build: m.Checksum}
 		}
 	}
 	if _, err := tx.Exec(ctx, b.backfill, names, sums); err != nil {
-		return res, fmt.Errorf("migrate: record checksums: %w", err)
+		return res, step, fmt.Errorf("migrate: record checksums: %w", err)
 	}
 	for _, m := range list {
 		if _, done := applied[m.Name]; done {
@@ -317,15 +441,15 @@ func Apply(ctx context.Context, conn Conn, schema string) (Result, error) {
 		}
 		// Simple protocol: a migration holds several statements.
 		if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return Result{}, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
+			return Result{}, m.Name, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
 		}
 		if _, err := tx.Exec(ctx, b.record, m.Name, m.Checksum, m.Compatible); err != nil {
-			return Result{}, fmt.Errorf("migrate: record %s: %w", m.Name, err)
+			return Result{}, m.Name, fmt.Errorf("migrate: record %s: %w", m.Name, err)
 		}
 		res.Applied = append(res.Applied, m.Name)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Result{}, fmt.Errorf("migrate: commit: %w", err)
+		return Result{}, step, fmt.Errorf("migrate: commit: %w", err)
 	}
-	return res, nil
+	return res, step, nil
 }

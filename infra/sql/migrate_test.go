@@ -2,9 +2,13 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
@@ -178,5 +182,135 @@ func TestDeliveriesIndexesSkipAcked(t *testing.T) {
 		if !covered[state] {
 			t.Errorf("no partial index covers %s rows", state)
 		}
+	}
+}
+
+// waitingOnEvents says whether some session waits for a lock on the
+// events table of schema.
+func waitingOnEvents(t *testing.T, db *testdb.DB, schema string) bool {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+		WHERE NOT granted AND relation = to_regclass($1)`, schema+".events").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// holdWriter opens a writer's transaction on schema that has published
+// and stays open: its lock on events is what a migration that changes the
+// table has to wait for.
+func holdWriter(t *testing.T, db *testdb.DB, schema string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `SELECT `+schema+`.publish('held', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// A migration waiting behind a long transaction must not queue every
+// publisher behind it: each attempt waits at most its lock_timeout, rolls
+// back and pauses, so a publisher arriving meanwhile gets through; once
+// the long transaction ends, an attempt succeeds.
+func TestMigrationBehindALongTransactionLetsPublishersThrough(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	oldMigrator(t, db, "queued", 6) // 0007 adds a trigger to events: it waits for every writer
+	held := holdWriter(t, db, "queued")
+
+	retried := make(chan struct{}, 100)
+	done := make(chan error, 1)
+	var res migrate.Result
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		var err error
+		res, err = migrate.ApplyWith(actx, db.Pool, "queued", migrate.ApplyOptions{
+			LockTimeout: 100 * time.Millisecond, RetryInterval: 200 * time.Millisecond,
+			OnLockTimeout: func(*migrate.LockError, time.Duration) { retried <- struct{}{} },
+		})
+		done <- err
+	}()
+	for !waitingOnEvents(t, db, "queued") {
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// A publisher arriving while the migration waits. Queued behind it,
+	// it would wait for the long transaction; the server gives up on it
+	// long before that ends.
+	pub, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Rollback(ctx) //nolint:errcheck
+	if _, err := pub.Exec(ctx, `SET LOCAL statement_timeout = '5s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Exec(ctx, `SELECT queued.publish('t', '{}')`); err != nil {
+		t.Fatalf("a publisher was queued behind the waiting migration: %v", err)
+	}
+	if err := pub.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-retried
+
+	if err := held.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the migration after the long transaction ended: %v", err)
+	}
+	if res.Attempts < 2 {
+		t.Errorf("Attempts = %d, want at least 2 (one ran out of lock_timeout)", res.Attempts)
+	}
+	if err := migrate.Check(ctx, db.Pool, "queued"); err != nil {
+		t.Errorf("the schema after the retried migration: %v", err)
+	}
+}
+
+// Behind a transaction that outlasts the migrator's budget, it gives up
+// with a *LockError naming the migration that waited, having applied
+// nothing.
+func TestMigrationGivesUpAtItsBudgetNamingTheMigrationThatWaited(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	oldMigrator(t, db, "blocked", 6)
+	holdWriter(t, db, "blocked")
+
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := migrate.ApplyWith(actx, db.Pool, "blocked", migrate.ApplyOptions{LockTimeout: 100 * time.Millisecond, RetryInterval: 100 * time.Millisecond})
+	var lerr *migrate.LockError
+	if !errors.As(err, &lerr) {
+		t.Fatalf("Apply behind a transaction longer than its budget: %v, want a *LockError", err)
+	}
+	if actx.Err() != nil {
+		t.Errorf("Apply returned only when its budget was spent (%v): no time was kept to answer", actx.Err())
+	}
+	if lerr.Step != "0007_read_side.sql" {
+		t.Errorf("LockError.Step = %q, want the migration that waited, 0007_read_side.sql", lerr.Step)
+	}
+	if lerr.Attempts < 2 {
+		t.Errorf("LockError.Attempts = %d, want retries within the budget", lerr.Attempts)
+	}
+	for _, want := range []string{"0007_read_side.sql", "lock_timeout 100ms", "pg_stat_activity", "nothing was applied"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	var recorded int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM blocked.schema_migrations`).Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	if recorded != 6 {
+		t.Errorf("%d migrations recorded, want the 6 from before", recorded)
 	}
 }

@@ -33,7 +33,7 @@ func Print(w io.Writer, schema, after string) error {
 	}
 	todo, done := list[start:], list[:start]
 	latest := list[len(list)-1]
-	b := newBookkeeping(schema)
+	b := newBookkeeping(schema, DefaultLockTimeout)
 
 	var out strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&out, format, args...) }
@@ -48,6 +48,9 @@ func Print(w io.Writer, schema, after string) error {
 	p("-- then set up the roles: SELECT %s.grant_maintainer('<functions role>'), %s.grant_writer('<application role>').\n", b.quoted, b.quoted)
 	p("BEGIN;\n")
 	p("%s;\n", b.pinPath)
+	p("-- A lock wait is bounded: behind a long transaction the script stops (SQLSTATE 55P03,\n")
+	p("-- nothing applied) instead of queueing every publisher behind it; run it again later.\n")
+	p("%s;\n", b.lockTimeout)
 	p("%s;\n", b.lock)
 	p("%s;\n", b.createSchema)
 	p("%s;\n", b.createTable)

@@ -17,9 +17,11 @@ LOCAL_DATABASE_URL="postgres://postgres@127.0.0.1:${PG_PORT}/postgres?sslmode=di
 # stand-in for RDS Proxy.
 LOCAL_PGBOUNCER_URL="postgres://postgres@127.0.0.1:${PGBOUNCER_PORT}/postgres?sslmode=disable"
 
+# The server binaries (up.sh's need postgres sets it again after an
+# install); down.sh only needs the pg_ctl that started the cluster.
 PG_BIN=$(pg_config --bindir 2>/dev/null || true)
 if [[ -z "$PG_BIN" || ! -x "$PG_BIN/pg_ctl" ]]; then
-  PG_BIN=$(dirname "$(command -v pg_ctl 2>/dev/null || echo /usr/lib/postgresql/15/bin/pg_ctl)")
+  PG_BIN=$(dirname "$(command -v pg_ctl 2>/dev/null || ls -d /usr/lib/postgresql/*/bin/pg_ctl 2>/dev/null | sort -V | tail -1 || true)")
 fi
 
 # PostgreSQL refuses to run as root, so as root the cluster belongs to an

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Starts the local stack: PostgreSQL, the fauxqs SQS emulator, and installs
-# aws-lambda-rie. Idempotent: whatever already runs is left alone.
+# Starts the local stack: PostgreSQL, PgBouncer, the fauxqs SQS emulator,
+# and installs aws-lambda-rie. Idempotent: whatever already runs is left
+# alone. What it needs from the machine it gets first (need.sh: as root
+# with apt-get it installs what is missing; otherwise one line names it).
 # State lives in .local/ (git-ignored); infra/stack/down.sh stops it all.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+NEED_WHO=up
+source "$(dirname "${BASH_SOURCE[0]}")/need.sh"
 mkdir -p "$PIDS" "$LOGS" "$LOCAL/bin"
 
 log() { printf 'up: %s\n' "$*" >&2; }
@@ -72,8 +76,10 @@ if [[ -n "${DATABASE_URL:-}" && "$DATABASE_URL" != "$LOCAL_DATABASE_URL" ]]; the
   log "using DATABASE_URL from the environment; not starting PostgreSQL"
 else
   DATABASE_URL=$LOCAL_DATABASE_URL
+  need postgres pgbouncer || exit 1
   start_postgres
 fi
+need curl npm go || exit 1
 
 # ----------------------------------------------------------------- PgBouncer
 # In front of the throwaway cluster, in transaction mode: a server
@@ -119,12 +125,6 @@ CONF
 
 PGBOUNCER_URL=""
 if [[ "$DATABASE_URL" == "$LOCAL_DATABASE_URL" ]]; then
-  PGBOUNCER_BIN=$(command -v pgbouncer || true)
-  [[ -n "$PGBOUNCER_BIN" ]] || PGBOUNCER_BIN=/usr/sbin/pgbouncer
-  if [[ ! -x "$PGBOUNCER_BIN" ]]; then
-    log "pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)"
-    exit 1
-  fi
   if pid_alive "$PIDS/pgbouncer.pid" pgbouncer; then
     log "pgbouncer already running (pid $(<"$PIDS/pgbouncer.pid"))"
   else

@@ -57,7 +57,7 @@ func (in *Init) Database(opts pg.Options) *pg.Pool {
 	opts.ApplicationName = "outboxkeeper-" + in.Function
 	pool, err := pg.NewPool(ctx, db, opts)
 	in.Must(err, "open database pool")
-	in.Must(migrations.Check(ctx, pool, db.Schema), "check the schema version")
+	in.Must(pg.ExplainTLS(migrations.Check(ctx, pool, db.Schema)), "check the schema version")
 	return pool
 }
 

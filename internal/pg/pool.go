@@ -10,6 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -105,6 +108,15 @@ func resolve(ctx context.Context, db config.Database, opts Options) (*pgxpool.Co
 	if db.SecretARN != "" || db.IAMAuth || roots != nil {
 		// A password or a token must not cross the network in clear text,
 		// and a CA bundle is for verifying a TLS server.
+		if err := requireTLS(&pc.ConnConfig.Config); err != nil {
+			return nil, nil, fmt.Errorf("config: %s: %w", variable, err)
+		}
+	} else if pc.ConnConfig.Password != "" && !sslmodeGiven(connString) {
+		// A plain URL with a password and no sslmode: pgx's default,
+		// prefer, falls back to plain text when the TLS attempt fails, so
+		// anyone on the path could turn TLS off. TLS it is, as with a
+		// secret; an explicit sslmode (disable for a local database) is
+		// taken as written.
 		if err := requireTLS(&pc.ConnConfig.Config); err != nil {
 			return nil, nil, fmt.Errorf("config: %s: %w", variable, err)
 		}
@@ -225,4 +237,32 @@ func requireTLS(c *pgconn.Config) error {
 	c.Host, c.Port, c.TLSConfig = tls[0].Host, tls[0].Port, tls[0].TLSConfig
 	c.Fallbacks = tls[1:]
 	return nil
+}
+
+// sslmodeGiven says whether the connection string, or PGSSLMODE (which
+// pgx reads too), sets sslmode: a URL's query parameter or a keyword/value
+// string's keyword.
+func sslmodeGiven(connString string) bool {
+	if os.Getenv("PGSSLMODE") != "" {
+		return true
+	}
+	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
+		u, err := url.Parse(connString)
+		return err == nil && u.Query().Has("sslmode")
+	}
+	return dsnSSLMode.MatchString(connString)
+}
+
+// dsnSSLMode finds the sslmode keyword of a keyword/value string.
+var dsnSSLMode = regexp.MustCompile(`(^|\s)sslmode\s*=`)
+
+// ExplainTLS adds what to do to a server's refusal of TLS, which
+// outboxkeeper asked for: always with a secret, an IAM token or a CA
+// bundle, and with a DATABASE_URL that has a password and no sslmode.
+func ExplainTLS(err error) error {
+	if err == nil || !strings.Contains(err.Error(), "server refused TLS connection") {
+		return err
+	}
+	return fmt.Errorf("%w (the server offers no TLS, and outboxkeeper connects with TLS when the login has a password "+
+		"and DATABASE_URL names no sslmode; for a local database without TLS, add sslmode=disable to DATABASE_URL)", err)
 }

@@ -3,14 +3,17 @@ package pg
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
@@ -246,4 +249,69 @@ func jsonQuote(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// A DATABASE_URL with a password and no sslmode is TLS or nothing, as a
+// secret's login is: pgx's default (prefer) would fall back to plain text
+// whenever the TLS attempt fails, which anyone on the path can arrange.
+// An explicit sslmode is taken as written; without a password, pgx's
+// default stays.
+func TestPasswordURLWithoutSSLModeRequiresTLS(t *testing.T) {
+	cases := []struct {
+		url       string
+		plainLeft bool // a plain-text attempt remains
+	}{
+		{url: "postgres://u:p@db.example.com/app"},
+		{url: "postgresql://u:p@db.example.com:6543/app?application_name=x"},
+		{url: "host=db.example.com user=u password=p dbname=app"},
+		{url: "postgres://u:p@db.example.com/app?sslmode=disable", plainLeft: true},
+		{url: "postgres://u:p@db.example.com/app?sslmode=prefer", plainLeft: true},
+		{url: "host=db.example.com user=u password=p sslmode=allow", plainLeft: true},
+		{url: "postgres://u@db.example.com/app", plainLeft: true},
+	}
+	for _, c := range cases {
+		t.Run(c.url, func(t *testing.T) {
+			pc, err := PoolConfig(context.Background(), config.Database{URL: c.url}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc := pc.ConnConfig
+			plain := cc.TLSConfig == nil
+			for _, f := range cc.Fallbacks {
+				plain = plain || f.TLSConfig == nil
+			}
+			if plain != c.plainLeft {
+				t.Errorf("a plain-text attempt left: %v, want %v", plain, c.plainLeft)
+			}
+		})
+	}
+}
+
+// Against the local cluster, which has no TLS: a URL with a password and
+// no sslmode does not connect in plain text; the error says how to allow
+// it for a local database.
+func TestPasswordURLWithoutSSLModeRefusesAServerWithoutTLS(t *testing.T) {
+	u, err := url.Parse(testenv.Require(t, "DATABASE_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "any-password")
+	q := u.Query()
+	q.Del("sslmode")
+	u.RawQuery = q.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := NewPool(ctx, config.Database{URL: u.String()}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var ssl bool
+	err = pool.QueryRow(ctx, `SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)`).Scan(&ssl)
+	if err == nil {
+		t.Fatalf("connected (ssl %v) to a server without TLS: the password crossed in plain text", ssl)
+	}
+	if msg := ExplainTLS(err).Error(); !strings.Contains(msg, "server refused TLS") || !strings.Contains(msg, "sslmode=disable") {
+		t.Errorf("the error does not say the server refused TLS and how to allow it: %s", msg)
+	}
 }

@@ -4,7 +4,14 @@
 // which variable to fix.
 package setting
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
+
+// MaxPassBudget bounds every *_PASS_BUDGET: Lambda's longest timeout. A
+// budget above it is a typo (720h), which no invocation could ever spend.
+const MaxPassBudget = 15 * time.Minute
 
 // Error is one unusable setting.
 type Error struct {

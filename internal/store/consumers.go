@@ -2,8 +2,32 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"unicode/utf8"
 )
+
+// MaxConsumerName is the longest consumer name, in bytes, that
+// commit_position takes (infra/sql/0016): the name is the consumers
+// table's primary key, and a btree entry must fit a third of a page.
+const MaxConsumerName = 200
+
+// ValidConsumerName says why commit_position would refuse name, or nil:
+// the check a client makes before it sends.
+func ValidConsumerName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("the consumer name must not be empty")
+	case len(name) > MaxConsumerName:
+		// Quote its start only, cut on a character boundary.
+		keep := 40
+		for keep > 0 && !utf8.RuneStart(name[keep]) {
+			keep--
+		}
+		return fmt.Errorf("the consumer name %q... is %d bytes long, more than %d", name[:keep], len(name), MaxConsumerName)
+	}
+	return nil
+}
 
 // ConsumerPosition is one row of <schema>.consumers: the last sequence a
 // consumer has taken.

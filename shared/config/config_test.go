@@ -112,13 +112,13 @@ func TestEveryVariable(t *testing.T) {
 		{"FILL_GRACE", "750ms", func(l loaded) bool { return l.fill.Grace == 750*time.Millisecond }, []string{"2", "-1s", "soon"}},
 		{"FILL_BATCH_LIMIT", "2", func(l loaded) bool { return l.fill.BatchLimit == 2 }, []string{"0", "x", "1.5"}},
 		{"FILL_PAGE_SIZE", "50", func(l loaded) bool { return l.fill.PageSize == 50 }, []string{"-3", "lots"}},
-		{"FILL_PASS_BUDGET", "5s", func(l loaded) bool { return l.fill.PassBudget == 5*time.Second }, []string{"10ms", "5"}},
+		{"FILL_PASS_BUDGET", "5s", func(l loaded) bool { return l.fill.PassBudget == 5*time.Second }, []string{"10ms", "5", "720h", "16m"}},
 		{"FILL_WATCH", "false", func(l loaded) bool { return l.fill.Bounded }, []string{"maybe"}},
 		{"FILL_TICK", "250ms", func(l loaded) bool { return l.fill.Tick == 250*time.Millisecond }, []string{"5ms", "2m", "often"}},
 		{"SWEEP_STUCK_AFTER", "90s", func(l loaded) bool { return l.sw.StuckAfter == 90*time.Second }, []string{"0s", "1m30"}},
 		{"SWEEP_BATCH_LIMIT", "100", func(l loaded) bool { return l.sw.BatchLimit == 100 }, []string{"0"}},
 		{"SWEEP_MAX_REDELIVERIES", "0", func(l loaded) bool { return l.sw.MaxRedeliveries == sweeppkg.NeverDead }, []string{"-1", "many"}},
-		{"SWEEP_PASS_BUDGET", "3s", func(l loaded) bool { return l.sw.PassBudget == 3*time.Second }, []string{"0s"}},
+		{"SWEEP_PASS_BUDGET", "3s", func(l loaded) bool { return l.sw.PassBudget == 3*time.Second }, []string{"0s", "720h", "15m1s"}},
 		{"COMPENSATE_DLQ_URL", "https://sqs.eu-west-1.amazonaws.com/1/dlq", func(l loaded) bool { return l.comp.DLQURL != "" }, []string{"dlq"}},
 		{"COMPENSATE_MAX_SEQUENCES", "500", func(l loaded) bool { return l.comp.MaxSequences == 500 }, []string{"0", "1000000"}},
 		{"COMPENSATE_DEFER", "5s", func(l loaded) bool { return l.comp.Defer == 5*time.Second }, []string{"1500ms", "13h", "-1s"}},
@@ -129,7 +129,7 @@ func TestEveryVariable(t *testing.T) {
 		{"PRUNE_DEAD_AFTER", "720h", func(l loaded) bool { return l.pr.DeadAfter == 720*time.Hour }, []string{"-1h", "week"}},
 		{"PRUNE_EVENTS_AFTER", "2160h", func(l loaded) bool { return l.pr.EventsAfter == 2160*time.Hour }, []string{"1ms", "90d"}},
 		{"PRUNE_BATCH_LIMIT", "200", func(l loaded) bool { return l.pr.BatchLimit == 200 }, []string{"0", "100001"}},
-		{"PRUNE_PASS_BUDGET", "10s", func(l loaded) bool { return l.pr.PassBudget == 10*time.Second }, []string{"0s", "50ms"}},
+		{"PRUNE_PASS_BUDGET", "10s", func(l loaded) bool { return l.pr.PassBudget == 10*time.Second }, []string{"0s", "50ms", "720h"}},
 	}
 	listed := map[string]bool{}
 	for _, v := range Variables() {
@@ -177,6 +177,33 @@ func TestEveryVariable(t *testing.T) {
 	}
 	for name := range listed {
 		t.Errorf("Variables() lists %s but no case tests it", name)
+	}
+}
+
+// A pass budget is bounded above by Lambda's longest timeout: 720h was
+// accepted, and a budget no invocation can have hides a typo.
+func TestPassBudgetAboveLambdasLongestTimeoutNamesTheVariable(t *testing.T) {
+	loaders := map[string]func(Lookup) error{
+		"FILL_PASS_BUDGET":  func(env Lookup) error { _, err := Load[fillpkg.Config](env); return err },
+		"SWEEP_PASS_BUDGET": func(env Lookup) error { _, err := Load[sweeppkg.Config](env); return err },
+		"PRUNE_PASS_BUDGET": func(env Lookup) error { _, err := Load[prunepkg.Config](env); return err },
+	}
+	for name, load := range loaders {
+		t.Run(name+"=720h", func(t *testing.T) {
+			err := load(FromMap(map[string]string{"DATABASE_URL": testURL, name: "720h"}))
+			var cerr *Error
+			if !errors.As(err, &cerr) || cerr.Variable != name {
+				t.Fatalf("%v, want a config error naming %s", err, name)
+			}
+			if !strings.Contains(cerr.Reason, "15m") {
+				t.Errorf("reason %q does not state the upper bound 15m", cerr.Reason)
+			}
+		})
+		t.Run(name+"=15m", func(t *testing.T) {
+			if err := load(FromMap(map[string]string{"DATABASE_URL": testURL, name: "15m"})); err != nil {
+				t.Errorf("Lambda's longest timeout is refused: %v", err)
+			}
+		})
 	}
 }
 

@@ -92,7 +92,7 @@ func (c Config) Validate() error {
 	v.Check(c.Grace >= 0 || c.Grace == NoGrace, "Grace", c.Grace, "must be at least 0")
 	v.Check(c.BatchLimit >= 1 && c.BatchLimit <= 100_000, "BatchLimit", c.BatchLimit, "must be between 1 and 100000")
 	v.Check(c.PageSize >= 1 && c.PageSize <= 100_000, "PageSize", c.PageSize, "must be between 1 and 100000")
-	v.Check(c.PassBudget >= 100*time.Millisecond, "PassBudget", c.PassBudget, "must be at least 100ms")
+	v.Check(c.PassBudget >= 100*time.Millisecond && c.PassBudget <= setting.MaxPassBudget, "PassBudget", c.PassBudget, "must be between 100ms and 15m (Lambda's longest timeout)")
 	v.Check(c.Tick >= 10*time.Millisecond && c.Tick <= time.Minute, "Tick", c.Tick, "must be between 10ms and 1m")
 	return v.Err()
 }

@@ -98,7 +98,14 @@ func (s *Service) apply(ctx context.Context, res *Result) error {
 		return fmt.Errorf("log in: %w", err)
 	}
 	defer db.Close()
-	r, err := migrations.Apply(actx, db, s.cfg.Schema)
+	r, err := migrations.ApplyWith(actx, db, s.cfg.Schema, migrations.ApplyOptions{
+		OnLockTimeout: func(lerr *migrations.LockError, pause time.Duration) {
+			s.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "migrate: waiting for a lock",
+				slog.String("schema", s.cfg.Schema), slog.String("step", lerr.Step), slog.Int("attempt", lerr.Attempts),
+				slog.Int64("lock_timeout_ms", lerr.LockTimeout.Milliseconds()), slog.Int64("retry_in_ms", pause.Milliseconds()))
+		},
+	})
+	res.Attempts = r.Attempts
 	if err != nil {
 		if errors.Is(actx.Err(), context.DeadlineExceeded) {
 			return fmt.Errorf("the migrations did not finish within the function's timeout less %s; "+

@@ -23,6 +23,9 @@ type Result struct {
 	// Version is the schema's last migration after a successful Create
 	// or Update.
 	Version string `json:"version,omitempty"`
+	// Attempts counts the migrator's transactions: more than 1 when one
+	// ran out of lock_timeout behind a long transaction and was retried.
+	Attempts int `json:"attempts,omitempty"`
 	// Responded says the response reached ResponseURL; ResponseError is
 	// why not.
 	Responded     bool   `json:"responded"`

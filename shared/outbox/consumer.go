@@ -16,10 +16,15 @@ import (
 // one read is always a bounded amount of work.
 const MaxRead = store.MaxRead
 
+// MaxConsumerName is the longest consumer name, in bytes, that
+// <schema>.commit_position takes; Consume refuses a longer one before it
+// sends anything.
+const MaxConsumerName = store.MaxConsumerName
+
 // ConsumerOptions configure Consume.
 type ConsumerOptions struct {
-	// Name is the consumer's row in <schema>.consumers. Required. While it
-	// is registered, the prune function never deletes an event it has not
+	// Name is the consumer's row in <schema>.consumers. Required, at most
+	// MaxConsumerName bytes. While it is registered, the prune function never deletes an event it has not
 	// passed; delete the row when the consumer is retired.
 	Name string
 	// Start is the position a consumer that is not registered yet begins
@@ -70,6 +75,9 @@ func (c ConsumerOptions) withDefaults() ConsumerOptions {
 func (o *Outbox) Consume(ctx context.Context, opts ConsumerOptions, handle func(ctx context.Context, events []Event) error) error {
 	if opts.Name == "" {
 		return errors.New("outbox: Consume: the consumer needs a Name")
+	}
+	if err := store.ValidConsumerName(opts.Name); err != nil {
+		return fmt.Errorf("outbox: Consume: Name: %w", err)
 	}
 	if opts.Start < 0 || opts.Batch < 0 || opts.Poll < 0 {
 		return errors.New("outbox: Consume: Start, Batch and Poll must not be negative")

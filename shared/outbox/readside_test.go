@@ -2,12 +2,15 @@ package outbox_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,6 +198,67 @@ func TestCommitPositionOnlyMovesForward(t *testing.T) {
 	var stored int64
 	if err := db.Pool.QueryRow(ctx, `SELECT position FROM outbox.consumers WHERE name = 'ledger'`).Scan(&stored); err != nil || stored != 10 {
 		t.Errorf("stored position = %d, %v; want 10", stored, err)
+	}
+}
+
+// A consumer name is the consumers table's primary key: one longer than
+// a btree entry can hold failed with a raw 54000 deep in the insert. It is
+// bounded at 200 bytes, counted as stored, and refused like the other
+// bad input (22023) with a message naming the rule.
+func TestCommitPositionBoundsTheConsumerName(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	commit := func(name string) error {
+		_, err := db.Pool.Exec(ctx, `SELECT outbox.commit_position($1, 0)`, name)
+		return err
+	}
+	// 6,400 bytes that do not compress: a repeated name would fit the
+	// index compressed.
+	var long strings.Builder
+	for sum := sha256.Sum256(nil); long.Len() < 6400; sum = sha256.Sum256(sum[:]) {
+		long.WriteString(hex.EncodeToString(sum[:]))
+	}
+	for _, c := range []struct {
+		what, name string
+	}{
+		{"6,400 bytes", long.String()[:6400]},
+		{"201 bytes", strings.Repeat("é", 100) + "x"},
+	} {
+		err := commit(c.name)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "22023" {
+			t.Errorf("a name of %s: %v, want invalid_parameter_value (22023)", c.what, err)
+			continue
+		}
+		if !strings.Contains(pgErr.Message, "more than 200") || !strings.Contains(pgErr.Message, "bytes long") {
+			t.Errorf("a name of %s: message %q does not state the bound", c.what, pgErr.Message)
+		}
+		if len(pgErr.Message) > 200 {
+			t.Errorf("a name of %s: the message quotes it whole (%d bytes)", c.what, len(pgErr.Message))
+		}
+	}
+	if err := commit(strings.Repeat("é", 100)); err != nil {
+		t.Errorf("a name of exactly 200 bytes: %v", err)
+	}
+}
+
+// The Go consumer refuses a name commit_position would refuse before it
+// sends anything, saying why.
+func TestConsumeRefusesALongNameBeforeItSends(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ob := newOutbox(t, db, outbox.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := ob.Consume(ctx, outbox.ConsumerOptions{Name: strings.Repeat("n", outbox.MaxConsumerName+1)},
+		func(context.Context, []outbox.Event) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "201 bytes long, more than 200") {
+		t.Fatalf("Consume with a 201-byte name: %v, want a refusal stating the bound", err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		t.Errorf("the refusal came from the server (%v): the name was sent", err)
 	}
 }
 

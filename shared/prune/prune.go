@@ -87,7 +87,7 @@ func (c Config) Validate() error {
 	v.Check(retention(c.DeadAfter), "DeadAfter", c.DeadAfter, "must be at least 1s, or 0 to keep dead deliveries")
 	v.Check(retention(c.EventsAfter), "EventsAfter", c.EventsAfter, "must be at least 1s, or 0 to keep events")
 	v.Check(c.BatchLimit >= 1 && c.BatchLimit <= 100_000, "BatchLimit", c.BatchLimit, "must be between 1 and 100000")
-	v.Check(c.PassBudget >= 100*time.Millisecond, "PassBudget", c.PassBudget, "must be at least 100ms")
+	v.Check(c.PassBudget >= 100*time.Millisecond && c.PassBudget <= setting.MaxPassBudget, "PassBudget", c.PassBudget, "must be between 100ms and 15m (Lambda's longest timeout)")
 	return v.Err()
 }
 

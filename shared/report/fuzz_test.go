@@ -26,6 +26,11 @@ func FuzzParse(f *testing.F) {
 		`{"v":1,"sequences":[1]}{}`,
 		`{"v":1,"sequences":[1],"x":1}`,
 		`{"v":1,"xid":7,"sequences":[1]}`,
+		`{"V":1,"XID":"7","Sequences":[4]}`,
+		`{"v":1,"sequences":[1],"sequences":[2]}`,
+		`{"v":1,"xid":null,"xid":"8","sequences":[1]}`,
+		`{"\u0076":1,"sequences":[1]}`,
+		`{"v":1,"sequences":[1]}}`,
 		`{"v":1,"sequences":[1,2,3,4,5,6,7,8,9,10,11]}`,
 		``, `null`, `[]`, `{`, "\xff\xfe",
 	} {

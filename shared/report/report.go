@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Version is the only body version understood.
@@ -75,21 +77,9 @@ func invalid(format string, args ...any) error {
 // database: the allocation head and the xid horizon are checked by the
 // handler. Duplicated sequences are dropped; the result is sorted.
 func Parse(body []byte, maxSequences int) (Report, error) {
-	var raw struct {
-		V   *int             `json:"v"`
-		XID *json.RawMessage `json:"xid"`
-		// RawMessage, not json.Number: json.Number also accepts a quoted
-		// number ("12"), which the wire format does not allow.
-		Sequences *[]json.RawMessage `json:"sequences"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
-		return Report{}, invalid("malformed JSON: %v", err)
-	}
-	if dec.More() {
-		return Report{}, invalid("malformed JSON: trailing data after the object")
+	raw, err := fields(body)
+	if err != nil {
+		return Report{}, err
 	}
 	switch {
 	case raw.V == nil:
@@ -102,7 +92,7 @@ func Parse(body []byte, maxSequences int) (Report, error) {
 		return Report{}, invalid("empty sequences")
 	}
 	var r Report
-	if raw.XID != nil && string(*raw.XID) != "null" {
+	if raw.XID != nil {
 		var s string
 		if err := json.Unmarshal(*raw.XID, &s); err != nil {
 			return Report{}, invalid("xid must be a decimal string, got %s", truncate(string(*raw.XID)))
@@ -167,4 +157,83 @@ func truncate(s string) string {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+// rawReport is a body's three fields, each nil when absent (or null).
+type rawReport struct {
+	V   *int
+	XID *json.RawMessage
+	// RawMessage, not json.Number: json.Number also accepts a quoted
+	// number ("12"), which the wire format does not allow.
+	Sequences *[]json.RawMessage
+}
+
+// keys are the body's fields, exactly as the format spells them.
+var keys = []string{"v", "xid", "sequences"}
+
+// fields reads the body's one object key by key. encoding/json alone
+// would match a key in any case ("XID") and keep the last of a key given
+// twice, so two bodies that read differently to another parser would
+// read the same here: the format is exact, and anything else is refused.
+func fields(body []byte) (rawReport, error) {
+	var raw rawReport
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return raw, invalid("malformed JSON: %v", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return raw, invalid("malformed JSON: the body is not a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return raw, invalid("malformed JSON: %v", err)
+		}
+		key, _ := tok.(string)
+		if !slices.Contains(keys, key) {
+			for _, k := range keys {
+				if strings.EqualFold(k, key) {
+					return raw, invalid("key %q: keys are exact and lower-case, want %q", truncate(key), k)
+				}
+			}
+			return raw, invalid("unknown key %q (want v, xid and sequences)", truncate(key))
+		}
+		if seen[key] {
+			return raw, invalid("key %q appears twice", key)
+		}
+		seen[key] = true
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return raw, invalid("malformed JSON: %v", err)
+		}
+		if string(value) == "null" {
+			continue
+		}
+		switch key {
+		case "v":
+			var v int
+			if err := json.Unmarshal(value, &v); err != nil {
+				return raw, invalid("version v must be a whole number, got %s", truncate(string(value)))
+			}
+			raw.V = &v
+		case "xid":
+			raw.XID = &value
+		case "sequences":
+			var seqs []json.RawMessage
+			if err := json.Unmarshal(value, &seqs); err != nil {
+				return raw, invalid("sequences must be an array of whole numbers, got %s", truncate(string(value)))
+			}
+			raw.Sequences = &seqs
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return raw, invalid("malformed JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return raw, invalid("malformed JSON: trailing data after the object")
+	}
+	return raw, nil
 }

@@ -51,7 +51,11 @@ func TestParseInvalid(t *testing.T) {
 		{`not json`, "malformed JSON"},
 		{`{"v":1,"sequences":[1]} {}`, "trailing data"},
 		{`[1,2]`, "malformed JSON"},
-		{`{"v":1,"sequences":[1],"extra":true}`, "malformed JSON"},
+		{`{"v":1,"sequences":[1],"extra":true}`, `unknown key "extra"`},
+		{`{"v":1,"sequences":[1]}}`, "trailing data"},
+		{`null`, "not a JSON object"},
+		{`{"v":"1","sequences":[1]}`, "v must be a whole number"},
+		{`{"v":1,"sequences":{"0":1}}`, "sequences must be an array"},
 		{`{"sequences":[1]}`, "missing version"},
 		{`{"v":2,"sequences":[1]}`, "unsupported version v=2"},
 		{`{"v":1}`, "missing sequences"},
@@ -84,6 +88,51 @@ func TestParseInvalid(t *testing.T) {
 		if !strings.Contains(inv.Reason, c.reason) {
 			t.Errorf("Parse(%q) reason %q, want it to contain %q", c.body, inv.Reason, c.reason)
 		}
+	}
+}
+
+// The documented format is exact: a key in another case is another key,
+// which encoding/json alone would take for the documented one.
+func TestParseRefusesKeysInAnotherCase(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ body, key string }{
+		{`{"V":1,"XID":"7","Sequences":[4]}`, `"V"`},
+		{`{"v":1,"XID":"7","sequences":[4]}`, `"XID"`},
+		{`{"v":1,"xid":"7","Sequences":[4]}`, `"Sequences"`},
+	} {
+		t.Run(c.body, func(t *testing.T) {
+			_, err := Parse([]byte(c.body), 10)
+			var inv *InvalidError
+			if !errors.As(err, &inv) {
+				t.Fatalf("Parse accepted it (%v), want *InvalidError", err)
+			}
+			if !strings.Contains(inv.Reason, c.key) || !strings.Contains(inv.Reason, "exact and lower-case") {
+				t.Errorf("reason %q, want it to name %s and say keys are exact", inv.Reason, c.key)
+			}
+		})
+	}
+}
+
+// A key given twice is refused: encoding/json would keep the last, and a
+// parser that keeps the first would read another report from the same body.
+func TestParseRefusesDuplicatedKeys(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ body, key string }{
+		{`{"v":1,"sequences":[1],"sequences":[2]}`, `"sequences"`},
+		{`{"v":1,"xid":"7","xid":"8","sequences":[1]}`, `"xid"`},
+		{`{"v":1,"xid":null,"xid":"8","sequences":[1]}`, `"xid"`},
+		{`{"v":1,"v":1,"sequences":[1]}`, `"v"`},
+	} {
+		t.Run(c.body, func(t *testing.T) {
+			_, err := Parse([]byte(c.body), 10)
+			var inv *InvalidError
+			if !errors.As(err, &inv) {
+				t.Fatalf("Parse accepted it (%v), want *InvalidError", err)
+			}
+			if !strings.Contains(inv.Reason, c.key+" appears twice") {
+				t.Errorf("reason %q, want it to say %s appears twice", inv.Reason, c.key)
+			}
+		})
 	}
 }
 

@@ -86,7 +86,7 @@ func (c Config) Validate() error {
 	v.Check(c.BatchLimit >= 1 && c.BatchLimit <= 100_000, "BatchLimit", c.BatchLimit, "must be between 1 and 100000")
 	v.Check(c.MaxRedeliveries == NeverDead || c.MaxRedeliveries >= 1 && c.MaxRedeliveries <= 1_000_000,
 		"MaxRedeliveries", c.MaxRedeliveries, "must be between 0 (never dead) and 1000000")
-	v.Check(c.PassBudget >= 100*time.Millisecond, "PassBudget", c.PassBudget, "must be at least 100ms")
+	v.Check(c.PassBudget >= 100*time.Millisecond && c.PassBudget <= setting.MaxPassBudget, "PassBudget", c.PassBudget, "must be between 100ms and 15m (Lambda's longest timeout)")
 	return v.Err()
 }
 
