@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
-	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"

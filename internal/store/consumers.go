@@ -13,7 +13,7 @@ type ConsumerPosition struct {
 }
 
 // Consumers is the SQL for <schema>.consumers. Positions are written only
-// through <schema>.commit_position (infra/sql/0007), which never moves one
+// through <schema>.commit_position (shared/migrations/0007), which never moves one
 // backwards and refuses one above the allocation head.
 type Consumers struct {
 	commit string

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 func TestApplyTwiceIsANoOp(t *testing.T) {
