@@ -57,7 +57,7 @@ func NewEvents(schema Schema) *Events {
 		// The xid is read back in the same statement (publish_batch has
 		// assigned it by then) so the caller can report a rollback exactly.
 		publish: `SELECT s, pg_current_xact_id() FROM ` + schema.Table("publish_batch") + `($1, $2::jsonb[], $3) AS s`,
-		// <schema>.read_events (infra/sql/0007) is the read side for
+		// <schema>.read_events (shared/migrations/0007) is the read side for
 		// every language: rows after the cursor up to, never past, the
 		// first missing sequence above the fill watermark: one index
 		// range scan, its plan kept by the server connection (0012).
