@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/version"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
@@ -191,4 +192,28 @@ func stateIn(table, name string) string {
 		}
 	}
 	return ""
+}
+
+// --version answers with the version and the commit instead of "unknown
+// command"; `version` adds the schema version the functions require.
+func TestVersionNamesTheBuild(t *testing.T) {
+	code, out, errs := cli(t, nil, "--version")
+	if code != exitOK || errs != "" {
+		t.Fatalf("--version exits %d with stderr %q, want 0 and nothing", code, errs)
+	}
+	if want := "outboxkeeper " + version.Number() + " (commit "; !strings.HasPrefix(out, want) {
+		t.Errorf("--version printed %q, want it to start with %q", out, want)
+	}
+	code, out, _ = cli(t, nil, "version", "--json")
+	var v struct {
+		Version       string `json:"version"`
+		Commit        string `json:"commit"`
+		SchemaVersion int    `json:"schema_version"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || code != exitOK {
+		t.Fatalf("version --json exits %d with %q: %v", code, out, err)
+	}
+	if v.Version != version.Number() || v.Commit == "" || v.SchemaVersion != migrate.Latest().Version() {
+		t.Errorf("version --json = %+v, want %s, a commit and schema version %d", v, version.Number(), migrate.Latest().Version())
+	}
 }
