@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -215,5 +217,41 @@ func TestVersionNamesTheBuild(t *testing.T) {
 	}
 	if v.Version != version.Number() || v.Commit == "" || v.SchemaVersion != migrate.Latest().Version() {
 		t.Errorf("version --json = %+v, want %s, a commit and schema version %d", v, version.Number(), migrate.Latest().Version())
+	}
+}
+
+// migrate print --format writes a tool's files into --out, or prints them
+// one after the other; a wrong range or format is a usage error naming it.
+func TestPrintForAToolWritesOneFilePerMigration(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := cli(t, nil, "migrate", "print", "--format", "golang-migrate", "--from", "12", "--to", "14", "--out", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, name := range []string{"0013_publish_unpinned.up.sql", "0013_publish_unpinned.down.sql", "0014_fill_handover.up.sql", "0014_fill_handover.down.sql"} {
+		if !strings.Contains(out, name) {
+			t.Errorf("the summary does not name %s: %s", name, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s was not written: %v", name, err)
+		}
+	}
+	code, out, _ = cli(t, nil, "migrate", "print", "--format", "goose", "--from", "13")
+	if code != exitOK || !strings.Contains(out, "-- file: 0014_fill_handover.sql\n") || !strings.Contains(out, "-- +goose Up") {
+		t.Errorf("goose to stdout: exit %d, %q", code, out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from", "3"}, "go with --format"},
+		{[]string{"--format", "flyway"}, `--format "flyway"`},
+		{[]string{"--format", "plain", "--from", "15"}, "--from 15: not a version"},
+		{[]string{"--format", "plain", "--after", "0001_events.sql"}, "--after is for the single script"},
+	} {
+		code, _, errs := cli(t, nil, append([]string{"migrate", "print"}, c.args...)...)
+		if code != exitUsage || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, %q; want %d naming %q", c.args, code, errs, exitUsage, c.want)
+		}
 	}
 }
