@@ -28,23 +28,6 @@ die() { printf 'check.sh: %s\n' "$*" >&2; exit 1; }
 # shellcheck source=venv.sh
 source infra/deploy/venv.sh
 
-# --- cfn-lint: no errors and no warnings, on every combination -------------------
-log "cfn-lint $(cfn-lint --version 2>&1 | awk '{print $NF}') template.yaml"
-lint template.yaml
-combinations=0
-while read -r name params; do
-	[[ -z "$name" || "$name" == \#* ]] && continue
-	read -r -a kv <<<"$params"
-	log "cfn-lint and the SAM transform: $name"
-	lint template.yaml --parameters "${kv[@]}"
-	if ! problems="$(python infra/deploy/transformed.py template.yaml "${kv[@]}")"; then
-		printf '%s\n' "$problems" >&2
-		die "the SAM transform under $name lacks a knob"
-	fi
-	combinations=$((combinations + 1))
-done <infra/deploy/combinations.txt
-[[ $combinations -ge 3 ]] || die "infra/deploy/combinations.txt has $combinations combinations, want all off, all on and mixed ones"
-
 # --- sam build ----------------------------------------------------------------
 # The build dir lives under .local so a user's own .aws-sam is left alone.
 sam_build "$BUILD_DIR"
@@ -69,8 +52,20 @@ done
 # test of infra/cmd/release builds one, make release all four).
 go run ./infra/cmd/release -targets "" -sam-build "$BUILD_DIR" -out "$RELEASE_CHECK_DIR"
 (cd "$RELEASE_CHECK_DIR" && sha256sum --quiet -c SHA256SUMS) || die "the release's checksums do not verify"
-log "cfn-lint $RELEASE_CHECK_DIR/sam/template.yaml"
-lint "$RELEASE_CHECK_DIR/sam/template.yaml"
+
+# --- cfn-lint: no errors and no warnings, on every combination and the release --
+# transformed.py checks the SAM transform under each combination and
+# renders the template with the combination's values as the defaults;
+# cfn-lint then lints them all, the template itself and the release's.
+COMBINATIONS_DIR=".local/template-combinations"
+rm -rf "$COMBINATIONS_DIR"
+names="$(python infra/deploy/transformed.py template.yaml infra/deploy/combinations.txt "$COMBINATIONS_DIR")" ||
+	die "the SAM transform under a combination lacks a knob (above)"
+combinations=$(wc -w <<<"$names")
+[[ $combinations -ge 3 ]] || die "infra/deploy/combinations.txt has $combinations combinations, want all off, all on and mixed ones"
+log "cfn-lint $(cfn-lint --version 2>&1 | awk '{print $NF}'): template.yaml, its $combinations combinations ($(xargs <<<"$names")) and the release's"
+lint_all template.yaml "$COMBINATIONS_DIR"/*.yaml "$RELEASE_CHECK_DIR/sam/template.yaml"
+
 # What `sam publish` checks before it uploads anything.
 python - "$RELEASE_CHECK_DIR/sam/template.yaml" <<'PY' || die "sam publish would refuse the release template's metadata"
 import sys

@@ -39,6 +39,21 @@ sam_build() {
 		--build-in-source --parallel >&2
 }
 
+# lint_all TEMPLATE...: lint on every template, two cfn-lint processes at
+# once (each template costs cfn-lint about 2 s of one core; the machine
+# has two).
+lint_all() {
+	local out rc
+	set +e
+	out="$(printf '%s\n' "$@" | xargs -P 2 -n "$(((${#} + 1) / 2))" cfn-lint 2>&1)"
+	rc=$?
+	set -e
+	if [[ $rc -ne 0 || -n "$out" ]]; then
+		printf '%s\n' "$out" >&2
+		die "cfn-lint reported findings on $* (exit $rc)"
+	fi
+}
+
 # lint TEMPLATE [cfn-lint options]: cfn-lint must print nothing. Its exit
 # code is a bit mask that ignores informational findings; any output at all
 # is a finding, so the check fails on output too.
