@@ -122,8 +122,9 @@ test-template:
 # Everything a release ships, in dist/ (RELEASE_DIR): the CLI for
 # linux/darwin x amd64/arm64, built in parallel, the `sam build` output with
 # the Serverless Application Repository metadata, SHA256SUMS; then its
-# checks. `make test` builds one CLI (the host's, so its --version runs:
-# infra/cmd/release's test) and the SAM part (check.sh), not all four.
+# checks. `make test` builds two CLIs (the host's, whose --version its test
+# runs, and darwin/arm64 for the cross-build: infra/cmd/release's test) and
+# the SAM part (check.sh), not all four.
 .PHONY: release
 release:
 	$(NEED) go

@@ -78,8 +78,8 @@ func verifySums(t *testing.T, dir string) map[string]bool {
 // The release build of the host's CLI runs and says its version and the
 // stamped commit; the SAM part carries the completed metadata and the
 // files it points at; every file is in SHA256SUMS, which verifies (with
-// sha256sum -c too, as the README tells a user to check). make release
-// builds the other three targets the same way.
+// sha256sum -c too, as the README tells a user to check). A second target
+// shows the cross-build; make release builds all four the same way.
 func TestReleaseBuildsVerifiableArtifacts(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "dist")
 	samBuild := t.TempDir()
@@ -99,9 +99,15 @@ func TestReleaseBuildsVerifiableArtifacts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(samBuild, "FillFunction", "bootstrap"), []byte("\x7fELF stand-in"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The host's build, to run it, and one for another OS and
+	// architecture, to show the cross-build works.
 	host := runtime.GOOS + "/" + runtime.GOARCH
+	cross := "darwin/arm64"
+	if host == cross {
+		cross = "linux/amd64"
+	}
 	var log bytes.Buffer
-	err = run(context.Background(), Options{Out: out, Targets: []string{host}, SAMBuild: samBuild, Commit: "c0ffee1234", Root: r, Log: &log})
+	err = run(context.Background(), Options{Out: out, Targets: []string{host, cross}, SAMBuild: samBuild, Commit: "c0ffee1234", Root: r, Log: &log})
 	if err != nil {
 		t.Fatalf("release: %v\n%s", err, log.String())
 	}
@@ -128,8 +134,11 @@ func TestReleaseBuildsVerifiableArtifacts(t *testing.T) {
 		}
 	}
 
+	if b := mustRead(t, filepath.Join(out, CLIName(cross))); !bytes.Contains(b, []byte("c0ffee1234")) {
+		t.Errorf("the %s build does not carry the stamped commit", cross)
+	}
 	named := verifySums(t, out)
-	for _, f := range []string{CLIName(host), "sam/template.yaml", "sam/LICENSE", "sam/README.md", "sam/FillFunction/bootstrap"} {
+	for _, f := range []string{CLIName(host), CLIName(cross), "sam/template.yaml", "sam/LICENSE", "sam/README.md", "sam/FillFunction/bootstrap"} {
 		if !named[f] {
 			t.Errorf("SHA256SUMS does not name %s", f)
 		}
