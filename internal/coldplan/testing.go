@@ -1,0 +1,38 @@
+package coldplan
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Linear runs fn on a recording connection to url (straight to the
+// server) and fails t, naming what, for every node of the plans fn's
+// statements ran with that did more work than Bound(batch). It fails too
+// when fn ran no statement worth a plan. It returns the plans.
+func Linear(t testing.TB, ctx context.Context, url, what string, batch int, fn func(conn *pgx.Conn) error) []Plan {
+	t.Helper()
+	rec, err := Record(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	if err := fn(rec.Conn); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	plans, err := rec.Take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plans) == 0 {
+		t.Fatalf("%s: no plan recorded", what)
+	}
+	for _, e := range Check(plans, batch) {
+		t.Errorf("%s, batch %d, cold statistics: %s", what, batch, e)
+	}
+	for _, p := range plans {
+		t.Logf("%s: plan %s", what, Compact(p))
+	}
+	return plans
+}
