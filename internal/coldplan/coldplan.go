@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -260,4 +261,76 @@ func NeverAnalysed(ctx context.Context, q Querier, tables ...string) error {
 		}
 	}
 	return nil
+}
+
+// Shape writes a plan's node tree as Compact does, but as the statement's
+// work on its batch's tables sees it: a scan of one of those tables
+// through an index is "range <index>" however it is read (an index scan,
+// an index-only scan, a bitmap heap scan of that index: each reads the
+// same range of it), and a subtree that reads only other tables (a
+// one-row state table, the consumers) is "read <table>", however the
+// planner reads it. Two plans of the same shape do the same work on the
+// batch's tables, in the same order.
+func Shape(p Plan, batchTables ...string) string {
+	var b strings.Builder
+	shape(&b, p.Root, batchTables)
+	return b.String()
+}
+
+func shape(b *strings.Builder, n Node, batch []string) {
+	if rels, only := otherTables(n, batch); only {
+		b.WriteString("read " + strings.Join(rels, "+"))
+		return
+	}
+	if slices.Contains(batch, n.Relation) {
+		switch n.Type {
+		case "Index Scan", "Index Only Scan":
+			b.WriteString("range " + n.Index)
+			return
+		case "Bitmap Heap Scan":
+			if len(n.Plans) == 1 && n.Plans[0].Type == "Bitmap Index Scan" {
+				b.WriteString("range " + n.Plans[0].Index)
+				return
+			}
+		}
+	}
+	switch n.Type {
+	case "Result", "Subquery Scan", "CTE Scan":
+		if len(n.Plans) == 1 {
+			shape(b, n.Plans[0], batch)
+			return
+		}
+	}
+	b.WriteString(label(n))
+	if len(n.Plans) == 0 {
+		return
+	}
+	b.WriteByte('[')
+	for i, c := range n.Plans {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		shape(b, c, batch)
+	}
+	b.WriteByte(']')
+}
+
+// otherTables lists the tables n's subtree reads, and says whether it
+// reads some and none of them is a batch table.
+func otherTables(n Node, batch []string) ([]string, bool) {
+	var rels []string
+	only := true
+	walk(n, func(c Node) {
+		if c.Relation == "" {
+			return
+		}
+		if slices.Contains(batch, c.Relation) {
+			only = false
+		}
+		if !slices.Contains(rels, c.Relation) {
+			rels = append(rels, c.Relation)
+		}
+	})
+	slices.Sort(rels)
+	return rels, only && len(rels) > 0
 }

@@ -34,12 +34,7 @@ func TestCheckAndInsertAreLinearOnColdStatistics(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
 		t.Fatal(err)
 	}
-	xids := make([]uint64, batch)
-	for i := range xids {
-		// Half ended long ago (or never ran: too old, committed or
-		// aborted alike), half above xmax.
-		xids[i] = max(3, xmax-uint64(batch/2)) + uint64(i)
-	}
+	xids := checkXIDs(xmax, batch)
 	var got int
 	coldplan.Linear(t, ctx, db.DirectURL, "compensate's check", batch, func(conn *pgx.Conn) error {
 		rows, err := conn.Query(ctx, checkSQL(db.Schema), xids)

@@ -12,18 +12,24 @@
 --    scanned the whole batch for each row: 999,000 rows thrown away per
 --    1,000-row batch, a 10,000-row pass 20 times a bare UPDATE.
 --
--- The statement here has one plan whatever the statistics say:
+-- The statement here has one plan whatever the statistics say. Its
+-- settings take from the planner every way to a table but one: no sort,
+-- no bitmap scan, no sequential scan (each is only priced out, so nothing
+-- ever fails for want of one), and each table access below has exactly
+-- one way left:
 --  - stuck: the oldest stuck rows in the order of deliveries_delivered_idx
---    (delivered_at, id), locked FOR UPDATE SKIP LOCKED. enable_sort = off
---    leaves the planner one way to that order, which is the index itself:
---    it reads the batch's rows and stops, however many others are stuck
---    (and however many dead versions they left). Nothing else in the
---    statement sorts: the last row locked is found by two aggregates over
---    the batch. A sort the planner cannot avoid would carry the setting's
---    penalty into the plan's cost and make it look worth compiling, so
---    jit is off too (compiling one cost 0.3 s, for a batch of 10 ms).
+--    (delivered_at, id), locked FOR UPDATE SKIP LOCKED: an index scan that
+--    reads the batch's rows and stops, however many others are stuck (and
+--    however many dead versions they left). Nothing in the statement
+--    sorts: the last row locked is found by two aggregates over the batch.
+--    A sort the planner could not avoid would carry the settings' penalty
+--    into the plan's cost and make it look worth compiling, so jit is off
+--    too (compiling one cost 0.3 s, for a batch of 10 ms).
 --  - moved: the update finds the very row versions `stuck` locked, by a
---    TID scan (ctid = ANY (ARRAY(...))), and joins nothing. It decides
+--    TID scan (ctid = ANY (ARRAY(...))), and joins nothing. Its
+--    compare-and-set is one CASE, which no index can answer: as plain
+--    conditions the planner could scan deliveries_delivered_idx for them
+--    (every stuck row) and keep the locked ones. It decides
 --    from the row's own columns, under the lock this statement holds: a
 --    version at a locked ctid is the one judged stuck (nobody can change
 --    it before we commit), so its state, delivered_at and redeliveries
@@ -39,9 +45,12 @@
 --    time of its last push. max_redeliveries = 0 means never dead.
 --  - totals: sweep_state's running totals, added in the batch's own
 --    statement, so they count exactly what committed.
---  - more: whether stuck rows remain after the last one locked, in the
---    index's order: one index-only probe whose row comparison is an index
---    condition (the last row's values are scalar subqueries).
+--  - more: whether stuck rows remain after the last one locked: the first
+--    of them in the index's order, so one probe of deliveries_delivered_idx
+--    whose row comparison is an index condition (the last row's values are
+--    scalar subqueries). Asked as EXISTS, with no order to keep, it could
+--    be answered from any index that covers delivered rows: analysed, the
+--    planner walked deliveries_open_created_idx, every open row, for it.
 --
 -- SECURITY INVOKER, so EXECUTE needs no grant of its own: a caller needs
 -- the rights on deliveries and sweep_state the statement uses, which
@@ -53,6 +62,8 @@ RETURNS TABLE (reset bigint, dead bigint, more boolean)
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_sort = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
 SET jit = off
 AS $$
     WITH stuck AS MATERIALIZED (
@@ -74,8 +85,9 @@ AS $$
             delivered_at = CASE WHEN max_redeliveries > 0 AND d.redeliveries >= max_redeliveries
                                 THEN d.delivered_at ELSE NULL END
         WHERE d.ctid = ANY (ARRAY(SELECT stuck.ctid FROM stuck))
-          AND d.state = 'delivered'
-          AND d.delivered_at < now() - stuck_after_us * interval '1 microsecond'
+          AND CASE WHEN d.state = 'delivered'
+                   THEN d.delivered_at < now() - stuck_after_us * interval '1 microsecond'
+                   ELSE false END
         RETURNING d.state
     ), counted AS (
         SELECT count(*) FILTER (WHERE moved.state = 'pending') AS reset,
@@ -97,8 +109,32 @@ AS $$
     SELECT
         (SELECT counted.reset FROM counted),
         (SELECT counted.dead FROM counted),
-        EXISTS (SELECT 1 FROM {{schema}}.deliveries AS r
+        (SELECT r.id FROM {{schema}}.deliveries AS r
             WHERE r.state = 'delivered'
               AND r.delivered_at < now() - stuck_after_us * interval '1 microsecond'
-              AND (r.delivered_at, r.id) > ((SELECT last.delivered_at FROM last), (SELECT last.id FROM last)))
+              AND (r.delivered_at, r.id) > ((SELECT last.delivered_at FROM last), (SELECT last.id FROM last))
+            ORDER BY r.delivered_at, r.id
+            LIMIT 1) IS NOT NULL
+$$;
+
+-- The fill's page read (docs/design.md §4): the sequences present after
+-- `after`, at most `page` of them, in order. It is one range scan of
+-- events_pkey from `after`, which stops at the page's last row, whatever
+-- the statistics: as a plain statement, on a table the planner took for
+-- not much larger than the page (never analysed, or after a mass UPDATE)
+-- it read the whole table and sorted it instead. The same settings as
+-- sweep_reset's leave the index as the only way to the order.
+CREATE FUNCTION {{schema}}.present_after(after bigint, page integer)
+RETURNS SETOF bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+    SELECT e.sequence FROM {{schema}}.events AS e
+    WHERE e.sequence > present_after.after
+    ORDER BY e.sequence
+    LIMIT present_after.page
 $$;
