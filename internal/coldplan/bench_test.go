@@ -14,8 +14,9 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
 )
 
-// statement is one set-based statement of a function, run once at a
-// batch size on a fresh cold copy, with the sequences it needs.
+// statement is one set-based statement, run once at a batch size on a
+// fresh cold copy, as its caller sends it: a pass's through store.Bounded
+// (coldplan.Bounded), read_events as a consumer calls it.
 type statement struct {
 	key string
 	run func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) // rows it did
@@ -37,7 +38,7 @@ func coldStatements(schema store.Schema, rows int) []statement {
 	}
 	return []statement{
 		{"fill-page-read", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			p, err := events.PresentAfter(ctx, conn, 0, batch)
+			p, err := events.PresentAfter(ctx, coldplan.Bounded(conn), 0, batch)
 			return int64(len(p)), err
 		}},
 		{"read-events", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
@@ -45,23 +46,23 @@ func coldStatements(schema store.Schema, rows int) []statement {
 			return int64(len(e)), err
 		}},
 		{"fill-insert", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			w, err := events.InsertMissing(ctx, conn, missing(rows+1, batch), store.FilledByFill)
+			w, err := events.InsertMissing(ctx, coldplan.Bounded(conn), missing(rows+1, batch), store.FilledByFill)
 			return w.N, err
 		}},
 		{"compensate-insert", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			w, err := events.InsertPlaceholders(ctx, conn, missing(rows+1+rows/2, batch), store.FilledByCompensate)
+			w, err := events.InsertPlaceholders(ctx, coldplan.Bounded(conn), missing(rows+1+rows/2, batch), store.FilledByCompensate)
 			return w.N, err
 		}},
 		{"prune-events", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			b, err := store.NewEventPrune(schema).Prune(ctx, conn, 0, time.Minute, batch)
+			b, err := store.NewEventPrune(schema).Prune(ctx, coldplan.Bounded(conn), 0, time.Minute, batch)
 			return b.Deleted, err
 		}},
 		{"sweep-reset", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			b, err := store.NewDeliverySweep(schema).ResetStuck(ctx, conn, time.Minute, batch, 0)
+			b, err := store.NewDeliverySweep(schema).ResetStuck(ctx, coldplan.Bounded(conn), time.Minute, batch, 0)
 			return b.Reset, err
 		}},
 		{"prune-deliveries", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			b, err := store.NewDeliveryPrune(schema).Prune(ctx, conn, 0, time.Minute, -1, batch)
+			b, err := store.NewDeliveryPrune(schema).Prune(ctx, coldplan.Bounded(conn), 0, time.Minute, -1, batch)
 			return b.Acked, err
 		}},
 	}
@@ -166,7 +167,7 @@ func BenchmarkColdStatistics(b *testing.B) {
 		var reset int64
 		took := benchkit.Timed(func() {
 			for {
-				bt, err := sweep.ResetStuck(ctx, conn, time.Minute, 1_000, 0)
+				bt, err := sweep.ResetStuck(ctx, coldplan.Bounded(conn), time.Minute, 1_000, 0)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -3,9 +3,18 @@ package coldplan
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
+
+// Bounded is conn as a pass sends its statements: each in its own
+// implicit transaction behind store.Bounded's settings, a minute away.
+func Bounded(conn *pgx.Conn) *store.Bounded {
+	return &store.Bounded{DB: conn, Deadline: time.Now().Add(time.Minute)}
+}
 
 // Linear runs fn on a recording connection to url (straight to the
 // server) and fails t, naming what, for every node of the plans fn's

@@ -39,7 +39,7 @@ func BenchmarkColdCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	check := func(conn *pgx.Conn, n int) {
-		rows, err := conn.Query(ctx, sql, checkXIDs(xmax, n))
+		rows, err := coldplan.Bounded(conn).Query(ctx, sql, checkXIDs(xmax, n))
 		if err != nil {
 			b.Fatal(err)
 		}

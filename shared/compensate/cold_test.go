@@ -16,8 +16,9 @@ import (
 // statements do work bounded by their batch in every node, on an events
 // table fresh from mass UPDATEs that nothing analysed: the check reads
 // the lock table once for the batch, not once per writer it asks about
-// (half the batch is above xmax, where it asks pg_locks), and the insert
-// probes the primary key once per sequence.
+// (half the batch is above xmax, where it asks pg_locks, and another
+// session holds 2,000 locks meanwhile), and the insert probes the primary
+// key once per sequence.
 func TestCheckAndInsertAreLinearOnColdStatistics(t *testing.T) {
 	t.Parallel()
 	const present, batch = 10_000, 1_000
@@ -35,9 +36,13 @@ func TestCheckAndInsertAreLinearOnColdStatistics(t *testing.T) {
 		t.Fatal(err)
 	}
 	xids := checkXIDs(xmax, batch)
+	holder := db.Connect(t)
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(g) FROM generate_series(1, 2000) g`); err != nil {
+		t.Fatal(err)
+	}
 	var got int
 	coldplan.Linear(t, ctx, db.DirectURL, "compensate's check", batch, func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, checkSQL(db.Schema), xids)
+		rows, err := coldplan.Bounded(conn).Query(ctx, checkSQL(db.Schema), xids)
 		if err != nil {
 			return err
 		}
@@ -56,7 +61,7 @@ func TestCheckAndInsertAreLinearOnColdStatistics(t *testing.T) {
 	}
 	var w store.Written
 	coldplan.Linear(t, ctx, db.DirectURL, "compensate's placeholder insert", batch, func(conn *pgx.Conn) (err error) {
-		w, err = store.NewEvents(db.Schema).InsertPlaceholders(ctx, conn, seqs, store.FilledByCompensate)
+		w, err = store.NewEvents(db.Schema).InsertPlaceholders(ctx, coldplan.Bounded(conn), seqs, store.FilledByCompensate)
 		return err
 	})
 	if w.N != batch {

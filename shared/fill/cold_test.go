@@ -35,7 +35,7 @@ func TestPageReadAndInsertAreLinearOnColdStatistics(t *testing.T) {
 	for _, page := range []int{DefaultPageSize, 10 * DefaultPageSize} {
 		var got []int64
 		coldplan.Linear(t, ctx, db.DirectURL, "the fill's page read", page, func(conn *pgx.Conn) (err error) {
-			got, err = events.PresentAfter(ctx, conn, 0, page)
+			got, err = events.PresentAfter(ctx, coldplan.Bounded(conn), 0, page)
 			return err
 		})
 		if len(got) != page {
@@ -48,7 +48,7 @@ func TestPageReadAndInsertAreLinearOnColdStatistics(t *testing.T) {
 	}
 	var w store.Written
 	coldplan.Linear(t, ctx, db.DirectURL, "the fill's placeholder insert", len(seqs), func(conn *pgx.Conn) (err error) {
-		w, err = events.InsertMissing(ctx, conn, seqs, store.FilledByFill)
+		w, err = events.InsertMissing(ctx, coldplan.Bounded(conn), seqs, store.FilledByFill)
 		return err
 	})
 	if w.N != int64(len(seqs)) {
