@@ -302,7 +302,7 @@ var Rows = []Row{
 			return res
 		}},
 	{12, "cold statistics: each set-based statement on tables fresh from two mass `UPDATE`s, autovacuum off, never analysed",
-		"the same statement at a batch of 1,000 and of 10,000, each on a fresh copy of the same cold tables (linear: 10 ×); the sweep's pass over 20,000 cold stuck rows against one bare `UPDATE` of them",
+		"the same statement at a batch of 1,000 and of 10,000, each on a fresh copy of the same cold tables (linear: 10 ×); the sweep's pass over 10,000 cold stuck rows against one bare `UPDATE` of them",
 		"the 10,000 batch ≤ 12 × the 1,000 batch, for each statement; no plan node doing more rows than its batch allows",
 		func(m Metrics, _ *Demo) Result {
 			j := &judge{m: m}
