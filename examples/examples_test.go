@@ -19,11 +19,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/esm"
-	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
-	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/esm"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 

@@ -65,7 +65,7 @@ func connect(ctx context.Context, e *env, schemaFlag string) (*login, error) {
 	}
 	// The SDK's full default chain (profiles, SSO, ...): the CLI runs on a
 	// laptop or a CI runner, not on Lambda.
-	pool, err := pg.NewPool(ctx, db, pg.Options{ApplicationName: "outboxkeeper-cli", LoadAWS: loadAWS})
+	pool, err := pg.NewPool(ctx, db.Login, pg.Options{ApplicationName: "outboxkeeper-cli", LoadAWS: loadAWS})
 	if err != nil {
 		return nil, err
 	}

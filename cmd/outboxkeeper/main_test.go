@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 // cli runs the CLI in-process with exactly vars as its environment.

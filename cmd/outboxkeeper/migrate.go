@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
+	migrations "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 var migrateCommand = &command{

@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
+	migrations "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )

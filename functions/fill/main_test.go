@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
-	"github.com/outboxkeeper/outboxkeeper/internal/testcluster"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testcluster"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // The real bootstrap under aws-lambda-rie fills a real gap when invoked as

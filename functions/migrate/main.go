@@ -2,7 +2,7 @@
 // template's custom resource, applying the outbox migrations on Create
 // and Update with the functions' own login, inside their VPC, and doing
 // nothing to the database on Delete. Wiring only; the logic is
-// shared/migrateresource, the migrations are infra/sql.
+// shared/migrateresource, the migrations are shared/migrations.
 package main
 
 import (
@@ -33,7 +33,7 @@ func main() {
 	// The database is opened per request, and only for Create and Update:
 	// no login, secret read or connection happens at init.
 	open := func(ctx context.Context) (migrateresource.DB, error) {
-		pool, err := pg.NewPool(ctx, dbConfig, pg.Options{ApplicationName: "outboxkeeper-migrate"})
+		pool, err := pg.NewPool(ctx, dbConfig.Login, pg.Options{ApplicationName: "outboxkeeper-migrate"})
 		if err != nil {
 			return nil, err
 		}

@@ -17,10 +17,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/cfn"
 
-	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
+	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 // put is one request that reached the stand-in for the pre-signed URL.

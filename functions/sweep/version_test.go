@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
 )
 
 // The init checks the schema version: a database behind the build, or

@@ -16,9 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
-	"github.com/outboxkeeper/outboxkeeper/internal/dburl"
-	"github.com/outboxkeeper/outboxkeeper/internal/rie"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/dburl"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/rie"
 )
 
 // The functions run with the template's settings but for these, which the

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/benchkit"
-	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
-	"github.com/outboxkeeper/outboxkeeper/internal/rie"
-	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/rie"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // functions are the template's functions by their folder under

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/rie"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/rie"
 )
 
 // Functions are the three function names, which are also their folders

@@ -6,8 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/dburl"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/dburl"
+	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 // PrepareDatabase makes database `name` on the server of adminURL and

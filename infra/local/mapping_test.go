@@ -13,11 +13,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/lambdatest"
-	"github.com/outboxkeeper/outboxkeeper/internal/rie"
-	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
-	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/rie"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // The event source mapping, against fauxqs and a real bootstrap under

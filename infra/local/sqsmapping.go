@@ -11,7 +11,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/esm"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/esm"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"

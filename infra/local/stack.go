@@ -16,7 +16,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/rie"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/rie"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 

@@ -9,11 +9,11 @@ import (
 	"context"
 	"log/slog"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	migrations "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 // Init is one function's init in progress.
@@ -55,7 +55,7 @@ func (in *Init) Database(opts pg.Options) *pg.Pool {
 	db, err := config.LoadDatabase(in.Env)
 	in.Must(err, "load database configuration")
 	opts.ApplicationName = "outboxkeeper-" + in.Function
-	pool, err := pg.NewPool(ctx, db, opts)
+	pool, err := pg.NewPool(ctx, db.Login, opts)
 	in.Must(err, "open database pool")
 	in.Must(pg.ExplainTLS(migrations.Check(ctx, pool, db.Schema)), "check the schema version")
 	return pool

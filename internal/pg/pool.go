@@ -23,7 +23,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
 // Options shape a pool beyond what the environment says.
@@ -46,12 +45,41 @@ type Options struct {
 	Secrets SecretsClient
 }
 
+// Login says how to reach PostgreSQL: a URL, or a Secrets Manager secret
+// (with optional host, port and database overrides), optionally with RDS
+// IAM tokens, and the CAs to verify the server with. shared/config reads
+// it from the DATABASE_* variables.
+type Login struct {
+	// URL is a pgx connection string (DATABASE_URL).
+	URL string
+	// SecretARN names a Secrets Manager secret in the RDS JSON shape
+	// (DATABASE_SECRET_ARN); used instead of URL.
+	SecretARN string
+	// IAMAuth asks for a fresh RDS IAM token per new connection
+	// (DATABASE_IAM_AUTH). The host, port, user and database come from URL.
+	IAMAuth bool
+	// Host, Port and Name say where to connect in secret mode
+	// (DATABASE_HOST, DATABASE_PORT, DATABASE_NAME): each one set replaces
+	// the secret's host, port or dbname. An RDS-managed master-user secret
+	// holds only a username and a password, so then Host is needed; with
+	// one that names the instance, Host can point at an RDS Proxy instead.
+	Host string
+	Port int
+	Name string
+	// CAPEM is a PEM bundle of the CAs that sign the server's certificate
+	// (DATABASE_CA_PEM); CASecretARN a Secrets Manager secret holding one
+	// (DATABASE_CA_SECRET_ARN). Either makes every connection
+	// sslmode=verify-full against exactly that bundle.
+	CAPEM       string
+	CASecretARN string
+}
+
 // NewPool opens a pool sized for one Lambda execution environment: it runs
 // one invocation at a time, and each pass uses one connection at a time, so
 // two connections cover a pass plus one spare for a re-dial after a drop.
 // The pool lives across invocations of a warm environment. It connects
 // lazily: the first query dials.
-func NewPool(ctx context.Context, db config.Database, opts Options) (*Pool, error) {
+func NewPool(ctx context.Context, db Login, opts Options) (*Pool, error) {
 	pc, login, err := resolve(ctx, db, opts)
 	if err != nil {
 		return nil, err
@@ -66,14 +94,14 @@ func NewPool(ctx context.Context, db config.Database, opts Options) (*Pool, erro
 // PoolConfig resolves the connection settings without dialling: the secret
 // is read here (once, at init), and with IAM auth the returned config signs
 // a fresh token in BeforeConnect for every new connection.
-func PoolConfig(ctx context.Context, db config.Database, opts Options) (*pgxpool.Config, error) {
+func PoolConfig(ctx context.Context, db Login, opts Options) (*pgxpool.Config, error) {
 	pc, _, err := resolve(ctx, db, opts)
 	return pc, err
 }
 
 // resolve is PoolConfig, and in secret mode the login NewPool's Pool
 // re-reads when the server refuses it.
-func resolve(ctx context.Context, db config.Database, opts Options) (*pgxpool.Config, *secretLogin, error) {
+func resolve(ctx context.Context, db Login, opts Options) (*pgxpool.Config, *secretLogin, error) {
 	// One Secrets Manager client for the login and the CA bundle, made
 	// only when one of them needs it.
 	var client SecretsClient = opts.Secrets
@@ -146,7 +174,7 @@ func resolve(ctx context.Context, db config.Database, opts Options) (*pgxpool.Co
 // fromSecret reads the login of DATABASE_SECRET_ARN (with the
 // DATABASE_HOST/PORT/NAME overrides) into a connection string, and keeps
 // it for re-reading after a rotation.
-func fromSecret(ctx context.Context, db config.Database, secrets func() (SecretsClient, error)) (string, *secretLogin, error) {
+func fromSecret(ctx context.Context, db Login, secrets func() (SecretsClient, error)) (string, *secretLogin, error) {
 	c, err := secrets()
 	if err != nil {
 		return "", nil, err

@@ -13,8 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 func TestParseSecretRoundTripsSpecialCharacters(t *testing.T) {
@@ -97,7 +96,7 @@ const testARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:outbox-AbC
 
 func TestPoolConfigFromSecret(t *testing.T) {
 	fake := &fakeSecrets{value: `{"username":"outbox","password":"s3cr:t@","host":"db.internal","port":5432,"dbname":"app","engine":"postgres"}`}
-	pc, err := PoolConfig(context.Background(), config.Database{SecretARN: testARN}, Options{Secrets: fake, ApplicationName: "outboxkeeper-fill"})
+	pc, err := PoolConfig(context.Background(), Login{SecretARN: testARN}, Options{Secrets: fake, ApplicationName: "outboxkeeper-fill"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +124,7 @@ func TestPoolConfigFromSecret(t *testing.T) {
 
 func TestPoolConfigSecretErrorNamesVariable(t *testing.T) {
 	fake := &fakeSecrets{err: errors.New("AccessDeniedException")}
-	_, err := PoolConfig(context.Background(), config.Database{SecretARN: testARN}, Options{Secrets: fake})
+	_, err := PoolConfig(context.Background(), Login{SecretARN: testARN}, Options{Secrets: fake})
 	if err == nil || !strings.Contains(err.Error(), "DATABASE_SECRET_ARN") || !strings.Contains(err.Error(), "AccessDenied") {
 		t.Fatalf("got %v", err)
 	}
@@ -139,7 +138,7 @@ func staticAWS() *aws.Config {
 }
 
 func TestIAMHookSignsAFreshTokenPerConnection(t *testing.T) {
-	db := config.Database{URL: "postgres://outbox_fill@proxy.proxy-abc.eu-west-1.rds.amazonaws.com:5432/app", IAMAuth: true}
+	db := Login{URL: "postgres://outbox_fill@proxy.proxy-abc.eu-west-1.rds.amazonaws.com:5432/app", IAMAuth: true}
 	pc, err := PoolConfig(context.Background(), db, Options{AWS: staticAWS()})
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +171,7 @@ func TestIAMHookSignsAFreshTokenPerConnection(t *testing.T) {
 func TestIAMHookNeedsRegion(t *testing.T) {
 	cfg := staticAWS()
 	cfg.Region = ""
-	pc, err := PoolConfig(context.Background(), config.Database{URL: "postgres://u@h/db", IAMAuth: true}, Options{AWS: cfg})
+	pc, err := PoolConfig(context.Background(), Login{URL: "postgres://u@h/db", IAMAuth: true}, Options{AWS: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +196,7 @@ func TestTLSModes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.url, func(t *testing.T) {
-			pc, err := PoolConfig(context.Background(), config.Database{URL: c.url, IAMAuth: true}, Options{AWS: staticAWS()})
+			pc, err := PoolConfig(context.Background(), Login{URL: c.url, IAMAuth: true}, Options{AWS: staticAWS()})
 			if c.refused {
 				if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 					t.Fatalf("want refusal naming DATABASE_URL, got %v", err)
@@ -228,7 +227,7 @@ func TestTLSModes(t *testing.T) {
 func TestPlainURLIsLeftAlone(t *testing.T) {
 	// Local stacks and CI use a plain URL without TLS; only the secret and
 	// IAM paths force TLS.
-	pc, err := PoolConfig(context.Background(), config.Database{URL: "postgres://u:p@127.0.0.1:5433/db?sslmode=disable"}, Options{})
+	pc, err := PoolConfig(context.Background(), Login{URL: "postgres://u:p@127.0.0.1:5433/db?sslmode=disable"}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +270,7 @@ func TestPasswordURLWithoutSSLModeRequiresTLS(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.url, func(t *testing.T) {
-			pc, err := PoolConfig(context.Background(), config.Database{URL: c.url}, Options{})
+			pc, err := PoolConfig(context.Background(), Login{URL: c.url}, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +300,7 @@ func TestPasswordURLWithoutSSLModeRefusesAServerWithoutTLS(t *testing.T) {
 	u.RawQuery = q.Encode()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := NewPool(ctx, config.Database{URL: u.String()}, Options{})
+	pool, err := NewPool(ctx, Login{URL: u.String()}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/testcluster"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testcluster"
 )
 
 // rotatingSecret is Secrets Manager's side of a rotation: the value a
@@ -60,7 +59,7 @@ func TestRotatedPasswordIsReReadOnce(t *testing.T) {
 		return fmt.Sprintf(`{"username":"app","password":%q}`, password)
 	}
 	sm := &rotatingSecret{value: secret("first-password")}
-	db := config.Database{SecretARN: testARN, Host: "127.0.0.1", Port: c.Port, Name: "postgres", CAPEM: string(ca.PEM)}
+	db := Login{SecretARN: testARN, Host: "127.0.0.1", Port: c.Port, Name: "postgres", CAPEM: string(ca.PEM)}
 	pool, err := NewPool(ctx, db, Options{Secrets: sm})
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
 // The secret RDS makes for a master user it manages
@@ -14,7 +12,7 @@ const rdsManagedSecret = `{"username":"postgres","password":"Zq8$w:d@/x"}`
 
 func TestRDSManagedSecretTakesWhereFromTheVariables(t *testing.T) {
 	fake := &fakeSecrets{value: rdsManagedSecret}
-	db := config.Database{SecretARN: testARN, Host: "app.cluster-abc.eu-west-1.rds.amazonaws.com", Port: 5433, Name: "app"}
+	db := Login{SecretARN: testARN, Host: "app.cluster-abc.eu-west-1.rds.amazonaws.com", Port: 5433, Name: "app"}
 	pc, err := PoolConfig(context.Background(), db, Options{Secrets: fake})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +36,7 @@ func TestRDSManagedSecretTakesWhereFromTheVariables(t *testing.T) {
 }
 
 func TestRDSManagedSecretWithoutHostNamesTheVariable(t *testing.T) {
-	_, err := PoolConfig(context.Background(), config.Database{SecretARN: testARN}, Options{Secrets: &fakeSecrets{value: rdsManagedSecret}})
+	_, err := PoolConfig(context.Background(), Login{SecretARN: testARN}, Options{Secrets: &fakeSecrets{value: rdsManagedSecret}})
 	if err == nil || !strings.Contains(err.Error(), "DATABASE_HOST") {
 		t.Fatalf("got %v, want an error naming DATABASE_HOST", err)
 	}
@@ -51,7 +49,7 @@ func TestRDSManagedSecretWithoutHostNamesTheVariable(t *testing.T) {
 // names the instance, and the functions may dial an RDS Proxy instead.
 func TestHostVariableOverridesTheSecretsHost(t *testing.T) {
 	fake := &fakeSecrets{value: `{"username":"u","password":"p","host":"instance.abc.rds.amazonaws.com","port":5432,"dbname":"app"}`}
-	db := config.Database{SecretARN: testARN, Host: "proxy.proxy-abc.rds.amazonaws.com"}
+	db := Login{SecretARN: testARN, Host: "proxy.proxy-abc.rds.amazonaws.com"}
 	pc, err := PoolConfig(context.Background(), db, Options{Secrets: fake})
 	if err != nil {
 		t.Fatal(err)

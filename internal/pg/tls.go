@@ -9,13 +9,11 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
 // caBundle returns the CAs of DATABASE_CA_PEM or DATABASE_CA_SECRET_ARN,
 // nil when neither is set. secrets is called only for the secret.
-func caBundle(ctx context.Context, db config.Database, secrets func() (SecretsClient, error)) (*x509.CertPool, error) {
+func caBundle(ctx context.Context, db Login, secrets func() (SecretsClient, error)) (*x509.CertPool, error) {
 	variable, pem := "DATABASE_CA_PEM", []byte(db.CAPEM)
 	switch {
 	case db.CASecretARN != "":

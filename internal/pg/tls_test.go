@@ -11,8 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/testcluster"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testcluster"
 )
 
 func TestCABundleMakesEveryAttemptVerifyFull(t *testing.T) {
@@ -25,7 +24,7 @@ func TestCABundleMakesEveryAttemptVerifyFull(t *testing.T) {
 		"postgres://u@db.internal,db2.internal/app?sslmode=verify-ca", // two hosts
 	} {
 		t.Run(url, func(t *testing.T) {
-			pc, err := PoolConfig(context.Background(), config.Database{URL: url, CAPEM: string(ca.PEM)}, Options{})
+			pc, err := PoolConfig(context.Background(), Login{URL: url, CAPEM: string(ca.PEM)}, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,14 +54,14 @@ func TestCABundleMakesEveryAttemptVerifyFull(t *testing.T) {
 
 func TestCABundleRefusesDisable(t *testing.T) {
 	ca := testcluster.NewCA(t, "unit CA")
-	_, err := PoolConfig(context.Background(), config.Database{URL: "postgres://u@h/db?sslmode=disable", CAPEM: string(ca.PEM)}, Options{})
+	_, err := PoolConfig(context.Background(), Login{URL: "postgres://u@h/db?sslmode=disable", CAPEM: string(ca.PEM)}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "sslmode=disable") {
 		t.Fatalf("got %v, want sslmode=disable refused", err)
 	}
 }
 
 func TestCABundleMustHoldACertificate(t *testing.T) {
-	_, err := PoolConfig(context.Background(), config.Database{URL: "postgres://u@h/db", CAPEM: "not a certificate"}, Options{})
+	_, err := PoolConfig(context.Background(), Login{URL: "postgres://u@h/db", CAPEM: "not a certificate"}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "DATABASE_CA_PEM") {
 		t.Fatalf("got %v, want an error naming DATABASE_CA_PEM", err)
 	}
@@ -82,7 +81,7 @@ func TestCABundleFromASecret(t *testing.T) {
 	ca := testcluster.NewCA(t, "unit CA")
 	fake := &fakeSecrets{value: string(ca.PEM)}
 	const caARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds-ca-XyZ123"
-	pc, err := PoolConfig(context.Background(), config.Database{URL: "postgres://u@h/db?sslmode=require", IAMAuth: true, CASecretARN: caARN}, Options{Secrets: fake, AWS: staticAWS()})
+	pc, err := PoolConfig(context.Background(), Login{URL: "postgres://u@h/db?sslmode=require", IAMAuth: true, CASecretARN: caARN}, Options{Secrets: fake, AWS: staticAWS()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +105,7 @@ func TestVerifyFullAgainstARealServer(t *testing.T) {
 	defer cancel()
 	connect := func(ca []byte, host string) error {
 		url := strings.Replace(c.URL("postgres", c.Password, "postgres", "sslmode=require"), "127.0.0.1", host, 1)
-		pc, err := PoolConfig(ctx, config.Database{URL: url, CAPEM: string(ca)}, Options{})
+		pc, err := PoolConfig(ctx, Login{URL: url, CAPEM: string(ca)}, Options{})
 		if err != nil {
 			return err
 		}
@@ -134,7 +133,7 @@ func TestVerifyFullAgainstARealServer(t *testing.T) {
 	// The right CA, but a certificate that does not name the host dialled.
 	other := testcluster.Start(t, testcluster.Options{TLS: right.Issue(t, "db.example.internal")})
 	url := other.URL("postgres", other.Password, "postgres", "")
-	pc, err := PoolConfig(ctx, config.Database{URL: url, CAPEM: string(right.PEM)}, Options{})
+	pc, err := PoolConfig(ctx, Login{URL: url, CAPEM: string(right.PEM)}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // MaxConsumerName is the longest consumer name, in bytes, that
-// commit_position takes (infra/sql/0016): the name is the consumers
+// commit_position takes (shared/migrations/0016): the name is the consumers
 // table's primary key, and a btree entry must fit a third of a page.
 const MaxConsumerName = 200
 
@@ -37,7 +37,7 @@ type ConsumerPosition struct {
 }
 
 // Consumers is the SQL for <schema>.consumers. Positions are written only
-// through <schema>.commit_position (infra/sql/0007), which never moves one
+// through <schema>.commit_position (shared/migrations/0007), which never moves one
 // backwards and refuses one above the allocation head.
 type Consumers struct {
 	commit string

@@ -174,7 +174,7 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 	return &DeliverySweep{
 		schema: schema,
 		// One statement per batch, instead of the reference's list then one
-		// compare-and-set per row: <schema>.sweep_reset (infra/sql/0015)
+		// compare-and-set per row: <schema>.sweep_reset (shared/migrations/0015)
 		// locks the oldest stuck deliveries FOR UPDATE SKIP LOCKED, in the
 		// order of deliveries_delivered_idx and measured from delivered_at
 		// (the reference used created_at, so a row created long ago but

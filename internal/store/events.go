@@ -57,13 +57,13 @@ func NewEvents(schema Schema) *Events {
 		// The xid is read back in the same statement (publish_batch has
 		// assigned it by then) so the caller can report a rollback exactly.
 		publish: `SELECT s, pg_current_xact_id() FROM ` + schema.Table("publish_batch") + `($1, $2::jsonb[], $3) AS s`,
-		// <schema>.read_events (infra/sql/0007) is the read side for
+		// <schema>.read_events (shared/migrations/0007) is the read side for
 		// every language: rows after the cursor up to, never past, the
 		// first missing sequence above the fill watermark: one index
 		// range scan, its plan kept by the server connection (0012).
 		readContiguous: `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
 			FROM ` + schema.Table("read_events") + `($1, $2)`,
-		// <schema>.present_after (infra/sql/0015) is one range scan of the
+		// <schema>.present_after (shared/migrations/0015) is one range scan of the
 		// primary key from the cursor, whatever the statistics: as a plain
 		// statement the planner could read and sort the whole table for a
 		// page it took for most of it.

@@ -15,8 +15,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // The errors pgx v5 really returns when the server goes away under a
@@ -103,7 +102,7 @@ func hostOf(t *testing.T, u string) string {
 // on url.
 func functionsPool(t *testing.T, u string) *pgxpool.Pool {
 	t.Helper()
-	pc, err := pg.PoolConfig(context.Background(), config.Database{URL: u}, pg.Options{})
+	pc, err := pg.PoolConfig(context.Background(), pg.Login{URL: u}, pg.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

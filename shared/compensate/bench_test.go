@@ -10,11 +10,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
-	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )

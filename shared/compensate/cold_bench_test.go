@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/benchkit"
-	"github.com/outboxkeeper/outboxkeeper/internal/coldplan"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // checkXIDs is a batch of n distinct xids for the check: half ended long
@@ -24,7 +24,7 @@ func checkXIDs(xmax uint64, n int) []uint64 {
 }
 
 // BenchmarkColdCheck is compensate's check for row 12 of BENCHMARKS.md
-// (BenchmarkColdStatistics in internal/coldplan has every other
+// (BenchmarkColdStatistics in internal/testkit/coldplan has every other
 // statement): one statement over a batch of 1,000 and of 10,000 distinct
 // xids (100 and 1,000 under -short), alternating which goes first.
 // Target: the large batch ≤ 12 × the small one. It logs the plan and

@@ -21,14 +21,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/esm"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
-	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/esm"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
@@ -1004,7 +1004,7 @@ func TestDroppedConnectionReopened(t *testing.T) {
 	f := setup(t, nil)
 	ctx := context.Background()
 	app := "cmp-drop-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	pc, err := pg.PoolConfig(ctx, config.Database{URL: f.db.DirectURL}, pg.Options{ApplicationName: app})
+	pc, err := pg.PoolConfig(ctx, pg.Login{URL: f.db.DirectURL}, pg.Options{ApplicationName: app})
 	if err != nil {
 		t.Fatal(err)
 	}

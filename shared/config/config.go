@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
@@ -45,30 +46,10 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("config: %s=%q: %s", e.Variable, e.Value, e.Reason)
 }
 
-// Database says how to reach PostgreSQL and which schema holds the outbox.
+// Database says how to reach PostgreSQL (the pool's Login) and which
+// schema holds the outbox.
 type Database struct {
-	// URL is a pgx connection string (DATABASE_URL).
-	URL string
-	// SecretARN names a Secrets Manager secret in the RDS JSON shape
-	// (DATABASE_SECRET_ARN); used instead of URL.
-	SecretARN string
-	// IAMAuth asks for a fresh RDS IAM token per new connection
-	// (DATABASE_IAM_AUTH). The host, port, user and database come from URL.
-	IAMAuth bool
-	// Host, Port and Name say where to connect in secret mode
-	// (DATABASE_HOST, DATABASE_PORT, DATABASE_NAME): each one set replaces
-	// the secret's host, port or dbname. An RDS-managed master-user secret
-	// holds only a username and a password, so then Host is needed; with
-	// one that names the instance, Host can point at an RDS Proxy instead.
-	Host string
-	Port int
-	Name string
-	// CAPEM is a PEM bundle of the CAs that sign the server's certificate
-	// (DATABASE_CA_PEM); CASecretARN a Secrets Manager secret holding one
-	// (DATABASE_CA_SECRET_ARN). Either makes every connection
-	// sslmode=verify-full against exactly that bundle.
-	CAPEM       string
-	CASecretARN string
+	pg.Login
 	// Schema holds the outbox tables (OUTBOX_SCHEMA, default "outbox"). It
 	// is a plain identifier, and always quoted when it reaches SQL.
 	Schema string
@@ -138,15 +119,17 @@ func ValidSchema(name string) error { return store.ValidSchema(name) }
 func LoadDatabase(env Lookup) (Database, error) {
 	r := reader{env: env}
 	db := Database{
-		URL:         r.str("DATABASE_URL"),
-		SecretARN:   r.str("DATABASE_SECRET_ARN"),
-		IAMAuth:     r.boolean("DATABASE_IAM_AUTH", false),
-		Host:        r.host("DATABASE_HOST"),
-		Port:        r.port("DATABASE_PORT"),
-		Name:        r.str("DATABASE_NAME"),
-		CAPEM:       r.str("DATABASE_CA_PEM"),
-		CASecretARN: r.str("DATABASE_CA_SECRET_ARN"),
-		Schema:      r.schema("OUTBOX_SCHEMA"),
+		Login: pg.Login{
+			URL:         r.str("DATABASE_URL"),
+			SecretARN:   r.str("DATABASE_SECRET_ARN"),
+			IAMAuth:     r.boolean("DATABASE_IAM_AUTH", false),
+			Host:        r.host("DATABASE_HOST"),
+			Port:        r.port("DATABASE_PORT"),
+			Name:        r.str("DATABASE_NAME"),
+			CAPEM:       r.str("DATABASE_CA_PEM"),
+			CASecretARN: r.str("DATABASE_CA_SECRET_ARN"),
+		},
+		Schema: r.schema("OUTBOX_SCHEMA"),
 	}
 	overrides := []struct {
 		name, value string

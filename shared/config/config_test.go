@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	compensatepkg "github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migratepkg "github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
@@ -23,7 +24,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if db != (Database{URL: testURL, Schema: "outbox"}) {
+	if db != (Database{Login: pg.Login{URL: testURL}, Schema: "outbox"}) {
 		t.Fatalf("database = %+v", db)
 	}
 	fill, err := Load[fillpkg.Config](env)

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // Benchmarks of the fill with the template's settings (grace 2 s, tick

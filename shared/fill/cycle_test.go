@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // Cycles: one grace, one marker and one proof for every gap the marker

@@ -16,8 +16,8 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // The fill's soundness rules and pass behaviour, each against a fresh real

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // A hand-over never leaves the outbox unwatched: the successor is a real

@@ -8,7 +8,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // Operator placeholders (`outboxkeeper skip-stall`, filled_by 'operator')

@@ -17,7 +17,6 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
 )
 
 // A fill pass in a process of its own, which a test kills with SIGKILL at
@@ -60,7 +59,7 @@ func runHelper(raw string) int {
 		return 2
 	}
 	ctx := context.Background()
-	pc, err := pg.PoolConfig(ctx, config.Database{URL: spec.URL}, pg.Options{})
+	pc, err := pg.PoolConfig(ctx, pg.Login{URL: spec.URL}, pg.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2

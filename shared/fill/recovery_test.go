@@ -17,9 +17,9 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // What a pass does when the database misbehaves: a statement blocked on a

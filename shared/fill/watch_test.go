@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // Watching: a pass that has caught up keeps looking until its budget ends,

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/cfn"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
+	migrations "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 // ResponseReserve is kept back from the invocation's deadline for the

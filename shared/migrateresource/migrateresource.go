@@ -3,7 +3,7 @@
 // deploy time, with the functions' own login, inside their VPC, before the
 // other functions are created (docs/design.md §11).
 //
-// Create and Update apply the embedded migrations (infra/sql, one
+// Create and Update apply the embedded migrations (shared/migrations, one
 // transaction, a no-op when already applied); Delete changes nothing in
 // the database and does not even connect to it, so deleting a stack, or
 // rolling back a failed Create, works whatever state the database is in.

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/benchkit"
-	"github.com/outboxkeeper/outboxkeeper/internal/testcluster"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testcluster"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 )
 

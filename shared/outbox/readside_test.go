@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the database/sql recipe
 
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"

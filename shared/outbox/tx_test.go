@@ -11,8 +11,8 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/sqstest"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
-// stateSQL is the SQL for <schema>.prune_state (infra/sql/0008), the
+// stateSQL is the SQL for <schema>.prune_state (shared/migrations/0008), the
 // prune's own table; it lives beside the function that owns it.
 type stateSQL struct {
 	recordPass string

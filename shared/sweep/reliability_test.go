@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 

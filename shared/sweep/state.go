@@ -11,7 +11,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
-// stateSQL is the SQL for <schema>.sweep_state (infra/sql/0004), the
+// stateSQL is the SQL for <schema>.sweep_state (shared/migrations/0004), the
 // sweep's own table; it lives beside the function that owns it. The
 // running totals are the exception: each reset statement adds what it
 // moved in the same statement (internal/store/deliveries.go), so they stay

@@ -31,7 +31,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/repo"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/repo"
 )
 
 func main() {

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // TestDemoVerdictPasses runs `make demo` with a 20-second workload against the local

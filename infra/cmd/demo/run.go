@@ -16,7 +16,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/repo"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/repo"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 

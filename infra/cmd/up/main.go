@@ -21,7 +21,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/repo"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/repo"
 )
 
 func main() {

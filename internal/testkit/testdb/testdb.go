@@ -20,12 +20,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/dburl"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
-	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/dburl"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
+	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 // Schema is the outbox schema of every test database.
@@ -119,7 +118,7 @@ func create(t testing.TB, adminURL, from string, mayPool bool) *DB {
 			t.Fatalf("testdb: %v", err)
 		}
 	}
-	pc, err := pg.PoolConfig(ctx, config.Database{URL: dbURL}, pg.Options{})
+	pc, err := pg.PoolConfig(ctx, pg.Login{URL: dbURL}, pg.Options{})
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
@@ -273,7 +272,7 @@ func ViaPooler() bool { return os.Getenv(ViaVar) == ViaPgBouncer }
 // its own: to find its sessions by applicationName, or to trace it.
 func (d *DB) PoolConfig(t testing.TB, applicationName string) *pgxpool.Config {
 	t.Helper()
-	pc, err := pg.PoolConfig(context.Background(), config.Database{URL: d.URL}, pg.Options{ApplicationName: applicationName})
+	pc, err := pg.PoolConfig(context.Background(), pg.Login{URL: d.URL}, pg.Options{ApplicationName: applicationName})
 	if err != nil {
 		t.Fatalf("testdb: pool config: %v", err)
 	}
@@ -318,7 +317,7 @@ func (d *DB) FunctionPools(t testing.TB) (direct, pooled *pgxpool.Pool) {
 		t.Fatalf("testdb: %v", err)
 	}
 	open := func(url string) *pgxpool.Pool {
-		pc, err := pg.PoolConfig(context.Background(), config.Database{URL: url}, pg.Options{ApplicationName: "outboxkeeper-bench"})
+		pc, err := pg.PoolConfig(context.Background(), pg.Login{URL: url}, pg.Options{ApplicationName: "outboxkeeper-bench"})
 		if err != nil {
 			t.Fatalf("testdb: pool config: %v", err)
 		}

@@ -9,17 +9,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/rie"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/rie"
 )
 
-const echoPkg = "./internal/lambdatest/testdata/echo"
+const echoPkg = "./internal/testkit/lambdatest/testdata/echo"
 
 func TestNormalizeNamesPackagesFromTheModuleRoot(t *testing.T) {
 	for in, want := range map[string]string{
-		"fill":                                "./functions/fill",
-		"functions/sweep":                     "./functions/sweep",
-		"./functions/compensate/":             "./functions/compensate",
-		"./internal/lambdatest/testdata/echo": echoPkg,
+		"fill":                    "./functions/fill",
+		"functions/sweep":         "./functions/sweep",
+		"./functions/compensate/": "./functions/compensate",
+		"./internal/testkit/lambdatest/testdata/echo": echoPkg,
 	} {
 		if got := normalize(in); got != want {
 			t.Errorf("normalize(%q) = %q, want %q", in, got, want)

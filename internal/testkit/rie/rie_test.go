@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 func TestAnswerErrorTellsErrorDocumentsFromHandlerOutput(t *testing.T) {
@@ -114,7 +114,7 @@ func startEcho(t *testing.T, env map[string]string) (*Function, *syncbuf.Buffer)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	bootstrap := filepath.Join(t.TempDir(), "echo", "bootstrap")
-	if err := Build(ctx, root, "./internal/lambdatest/testdata/echo", bootstrap); err != nil {
+	if err := Build(ctx, root, "./internal/testkit/lambdatest/testdata/echo", bootstrap); err != nil {
 		t.Fatal(err)
 	}
 	out := &syncbuf.Buffer{} // written by rie's pipe copier

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 func TestApplyTwiceIsANoOp(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // Client returns an SQS client pointed at the emulator.

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // planNode is one node of EXPLAIN (FORMAT JSON).

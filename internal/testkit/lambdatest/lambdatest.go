@@ -21,9 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/rie"
-	"github.com/outboxkeeper/outboxkeeper/internal/syncbuf"
-	"github.com/outboxkeeper/outboxkeeper/internal/testenv"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/rie"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // ---------------------------------------------------------------- Build
@@ -39,7 +39,7 @@ var builds sync.Map // normalized package path -> *build
 // Build compiles a Lambda function for the host as rie.Build does and
 // returns the path of its bootstrap. pkg is a function name ("fill" for
 // ./functions/fill) or a package path relative to the repository root
-// ("./internal/lambdatest/testdata/echo"). Each package is built once per
+// ("./internal/testkit/lambdatest/testdata/echo"). Each package is built once per
 // test process and shared by every test that asks for it.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/repo"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/repo"
 )
 
 // SkipVar names the variable that turns a missing stack into skipped tests

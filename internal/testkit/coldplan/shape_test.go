@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // TestPlanShapesDoNotDependOnStatistics: each set-based statement runs

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	migrate "github.com/outboxkeeper/outboxkeeper/infra/sql"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 )
 

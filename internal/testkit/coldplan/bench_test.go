@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/benchkit"
-	"github.com/outboxkeeper/outboxkeeper/internal/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
 // statement is one set-based statement, run once at a batch size on a

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	migrations "github.com/outboxkeeper/outboxkeeper/infra/sql"
-	"github.com/outboxkeeper/outboxkeeper/internal/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	migrations "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
 // InitChecksTheSchemaVersion is every function's version-check test: built
