@@ -246,7 +246,7 @@ func TestPrintForAToolWritesOneFilePerMigration(t *testing.T) {
 	}{
 		{[]string{"--from", "3"}, "go with --format"},
 		{[]string{"--format", "flyway"}, `--format "flyway"`},
-		{[]string{"--format", "plain", "--from", "15"}, "--from 15: not a version"},
+		{[]string{"--format", "plain", "--from", "99"}, "--from 99: not a version"},
 		{[]string{"--format", "plain", "--after", "0001_events.sql"}, "--after is for the single script"},
 	} {
 		code, _, errs := cli(t, nil, append([]string{"migrate", "print"}, c.args...)...)

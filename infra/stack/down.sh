@@ -6,6 +6,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 log() { printf 'down: %s\n' "$*" >&2; }
 
+# kinesalite and moto
+source "$(dirname "${BASH_SOURCE[0]}")/emulators.sh"
+stop_emulators
+
 # fauxqs
 if pid_alive "$PIDS/fauxqs.pid" fauxqs; then
   pid=$(<"$PIDS/fauxqs.pid")

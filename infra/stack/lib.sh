@@ -10,6 +10,9 @@ LOGS="$LOCAL/logs"
 # checkout's stack beside this one.
 PG_PORT=${OUTBOXKEEPER_PG_PORT:-55432}
 SQS_PORT=${OUTBOXKEEPER_SQS_PORT:-59324}
+# Next to SQS's, so a checkout that moved its SQS port moves these too.
+KINESIS_PORT=${OUTBOXKEEPER_KINESIS_PORT:-$((SQS_PORT + 1))}
+MOTO_PORT=${OUTBOXKEEPER_MOTO_PORT:-$((SQS_PORT + 2))}
 PGBOUNCER_PORT=${OUTBOXKEEPER_PGBOUNCER_PORT:-$((PG_PORT + 1000))}
 RIE_VERSION=v0.0.0-20261030222936-bef5c4ba774d  # pinned; v1.x tags are not served by the proxy here
 LOCAL_DATABASE_URL="postgres://postgres@127.0.0.1:${PG_PORT}/postgres?sslmode=disable"

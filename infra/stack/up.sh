@@ -176,6 +176,10 @@ else
   start_fauxqs
 fi
 
+# ------------------------------------------- kinesalite, moto (EventBridge)
+source "$ROOT/infra/stack/emulators.sh"
+start_emulators
+
 # ------------------------------------------------------------ aws-lambda-rie
 RIE="$LOCAL/bin/aws-lambda-rie"
 if [[ -x "$RIE" && "$(cat "$RIE.version" 2>/dev/null)" == "$RIE_VERSION" ]]; then
@@ -204,6 +208,7 @@ env_line() {
   env_line DATABASE_URL "$DATABASE_URL"
   [[ -z "$PGBOUNCER_URL" ]] || env_line PGBOUNCER_URL "$PGBOUNCER_URL"
   env_line AWS_ENDPOINT_URL_SQS "http://127.0.0.1:$SQS_PORT"
+  emulators_env
   env_line AWS_REGION us-east-1
   env_line AWS_ACCESS_KEY_ID test
   env_line AWS_SECRET_ACCESS_KEY test
@@ -221,6 +226,7 @@ local stack is up (settings in .local/stack.env):
   PostgreSQL      $DATABASE_URL
   PgBouncer       ${PGBOUNCER_URL:-(not started: DATABASE_URL is not the local cluster)}
   SQS (fauxqs)    http://127.0.0.1:$SQS_PORT
+$(emulators_summary)
   aws-lambda-rie  $RIE
   logs            $LOGS
 MSG

@@ -174,90 +174,23 @@ func NewDeliverySweep(schema Schema) *DeliverySweep {
 	return &DeliverySweep{
 		schema: schema,
 		// One statement per batch, instead of the reference's list then one
-		// compare-and-set per row:
-		//  - stuck: the oldest stuck deliveries, measured from delivered_at
-		//    (the reference used created_at, so a row created long ago but
-		//    pushed a moment ago looked stuck). FOR UPDATE SKIP LOCKED: a
-		//    concurrent sweep, or a relay acking or marking a row right
-		//    now, holds its rows; we take others instead of waiting, and
-		//    the lock re-checks state = 'delivered' on the latest version,
-		//    so a row acked after our snapshot is dropped here.
-		//    MATERIALIZED keeps the locked set fixed for the statement.
-		//    `dies` is decided under that lock (only the sweep changes
-		//    redeliveries) and $3 = 0 means never.
-		//  - moved: the compare-and-set, on the very delivery judged stuck:
-		//    still delivered AND the same delivered_at. State alone is not
-		//    enough (the reference's CAS has this hole): a row reset by
-		//    another sweep and pushed again by the relay is `delivered`
-		//    once more, and a stale batch would reset that fresh push. With
-		//    delivered_at in the comparison the update is exactly-once even
-		//    without the lock; the lock makes it cheap (no waiting, no
-		//    re-checks), and each guard covers the other.
-		//    `ctid = ANY (ARRAY(...))` makes the update find the very
-		//    versions `stuck` locked, by a TID scan: nobody can move a row
-		//    we hold locked until we commit. A row another session updated
-		//    after our snapshot but before our lock is locked in its new
-		//    version, which the update's snapshot cannot see: it is left
-		//    alone (not counted) and the next batch takes it; the ctid never
-		//    finds a wrong row, and the id, state and delivered_at guards
-		//    stay. A plain join to `stuck` lets the planner hash the whole
-		//    table, acked history and all, once per batch, and
-		//    `id = ANY(1000 ids)` descended the primary key once per row: a
-		//    pass ran at 0.58 x a bare UPDATE of the same rows
-		//    (BENCHMARKS.md, row 3).
-		//    A row going back to pending loses its delivered_at: no push is
-		//    in flight, and the relay stamps a fresh one when it marks it
-		//    delivered again. A dead row keeps it, as the time of its last
-		//    push.
-		//  - more: whether stuck rows remain after the last one locked, in
-		//    the (delivered_at, id) order of deliveries_delivered_idx. It
-		//    saves the empty batch that would otherwise end every pass.
-		//    The last row's values are scalar subqueries so the row
-		//    comparison is an index condition (one index-only probe), not a
-		//    join filter over every stuck row. Rows skipped because another
-		//    sweep holds them are that sweep's work and do not count;
-		//    nothing locked means no more.
-		//  - totals: sweep_state's running totals are added here, in the
-		//    batch's own statement, so they count exactly what committed —
-		//    also when a pass fails after some batches (the pass record at
-		//    the end, shared/sweep/state.go, adds only the pass). A
-		//    concurrent sweep's batch waits for the one row a moment; it
-		//    never waits on a delivery (SKIP LOCKED), so they cannot deadlock.
-		reset: SweepResetTag + `
-			WITH stuck AS MATERIALIZED (
-				SELECT ctid, id, delivered_at, ($3::int > 0 AND redeliveries >= $3::int) AS dies
-				FROM ` + t + `
-				WHERE state = 'delivered' AND delivered_at < ` + cutoff + `
-				ORDER BY delivered_at, id
-				LIMIT $2
-				FOR UPDATE SKIP LOCKED
-			), moved AS (
-				UPDATE ` + t + ` AS d SET
-					state        = CASE WHEN stuck.dies THEN 'dead' ELSE 'pending' END,
-					redeliveries = CASE WHEN stuck.dies THEN d.redeliveries ELSE d.redeliveries + 1 END,
-					dead_at      = CASE WHEN stuck.dies THEN now() ELSE d.dead_at END,
-					delivered_at = CASE WHEN stuck.dies THEN d.delivered_at ELSE NULL END
-				FROM stuck
-				WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM stuck))
-				  AND d.id = stuck.id AND d.state = 'delivered' AND d.delivered_at = stuck.delivered_at
-				RETURNING d.state
-			), counted AS (
-				SELECT count(*) FILTER (WHERE state = 'pending') AS reset, count(*) FILTER (WHERE state = 'dead') AS dead FROM moved
-			), totals AS (
-				UPDATE ` + schema.Table("sweep_state") + ` SET
-					resets_total = resets_total + (SELECT reset FROM counted),
-					dead_total   = dead_total + (SELECT dead FROM counted)
-				WHERE id AND (SELECT reset + dead FROM counted) > 0
-				RETURNING 1
-			), last AS (
-				SELECT delivered_at, id FROM stuck ORDER BY delivered_at DESC, id DESC LIMIT 1
-			)
-			SELECT
-				(SELECT reset FROM counted),
-				(SELECT dead FROM counted),
-				EXISTS (SELECT 1 FROM ` + t + ` AS r
-					WHERE r.state = 'delivered' AND r.delivered_at < ` + cutoff + `
-					AND (r.delivered_at, r.id) > ((SELECT delivered_at FROM last), (SELECT id FROM last)))`,
+		// compare-and-set per row: <schema>.sweep_reset (shared/migrations/0015)
+		// locks the oldest stuck deliveries FOR UPDATE SKIP LOCKED, in the
+		// order of deliveries_delivered_idx and measured from delivered_at
+		// (the reference used created_at, so a row created long ago but
+		// pushed a moment ago looked stuck); moves the very versions it
+		// locked (a TID scan) back to pending, or to dead at $3
+		// redeliveries (0: never), after re-checking on each row that it is
+		// still delivered before the cutoff; adds what it moved to
+		// sweep_state's totals; and says whether stuck rows remain after
+		// the last one locked.
+		// It is a function so that its plan can be pinned: on a table
+		// fresh from mass UPDATEs that nothing analysed, the planner sorted
+		// every stuck row per batch and joined the update to the batch by a
+		// nested loop, both quadratic in a pass. The function's settings
+		// leave it the index's order as the only way, and its statement
+		// joins nothing (docs/design.md §6).
+		reset: SweepResetTag + ` SELECT reset, dead, more FROM ` + schema.Table("sweep_reset") + `($1::bigint, $2::integer, $3::integer)`,
 		// Open work in one statement over the open rows only (the partial
 		// index deliveries_open_created_idx has the same predicate). Stuck
 		// pending rows are counted by created_at: they have not been pushed

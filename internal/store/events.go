@@ -63,7 +63,11 @@ func NewEvents(schema Schema) *Events {
 		// range scan, its plan kept by the server connection (0012).
 		readContiguous: `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
 			FROM ` + schema.Table("read_events") + `($1, $2)`,
-		readPage: `SELECT sequence FROM ` + t + ` WHERE sequence > $1 ORDER BY sequence LIMIT $2`,
+		// <schema>.present_after (shared/migrations/0015) is one range scan of the
+		// primary key from the cursor, whatever the statistics: as a plain
+		// statement the planner could read and sort the whole table for a
+		// page it took for most of it.
+		readPage: `SELECT s FROM ` + schema.Table("present_after") + `($1::bigint, $2::integer) AS s`,
 		head:     `SELECT ` + schema.Table("allocation_head") + `()`,
 		lowest:   `SELECT coalesce(min(sequence), 0) FROM ` + t,
 		// docs/design.md §3.5: never overwrite. DO NOTHING keeps a committed row (or

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
@@ -125,10 +126,7 @@ func Render(sql, schema string) string {
 	if err := store.ValidSchema(schema); err != nil {
 		panic(fmt.Sprintf("migrate: Render with schema %q: %v", schema, err))
 	}
-	return strings.NewReplacer(
-		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
-		"{{schema_name}}", "'"+schema+"'",
-	).Replace(sql)
+	return sqltext.Render(sql, schema)
 }
 
 // Conn is what Apply needs: a single connection, since the whole run is one

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
@@ -110,6 +112,34 @@ func TestReadEventsIsOneIndexRangeScanOnAMillionRows(t *testing.T) {
 			t.Errorf("%s: %d pages touched for 100 rows of a %d-page table, want at most 30", c.name, touched, pages)
 		} else {
 			t.Logf("%s: %d pages touched of %d, cost %.1f", c.name, touched, pages, root.TotalCost)
+		}
+	}
+}
+
+// read_events on an events table fresh from mass UPDATEs that nothing
+// analysed does work bounded by its page in every node of the query it
+// keeps (a generic plan, which knows neither the cursor nor the page
+// size): a range scan of events_pkey, at a page of 1,000 and at the
+// largest, 10,000, on a table no larger than that.
+func TestReadEventsIsLinearOnColdStatistics(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	if err := coldplan.Events(ctx, db.Pool, db.Schema, store.MaxRead, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := coldplan.NeverAnalysed(ctx, db.Pool, db.Schema.Table("events")); err != nil {
+		t.Fatal(err)
+	}
+	events := store.NewEvents(db.Schema)
+	for _, page := range []int{1_000, store.MaxRead} {
+		var got []store.Event
+		coldplan.Linear(t, ctx, db.DirectURL, "read_events", page, func(conn *pgx.Conn) (err error) {
+			got, err = events.ReadContiguous(ctx, conn, 0, page)
+			return err
+		})
+		if len(got) != page {
+			t.Errorf("read_events(0, %d): %d events", page, len(got))
 		}
 	}
 }

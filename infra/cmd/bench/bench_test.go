@@ -18,7 +18,7 @@ const sampleJSON = `{"Action":"start","Package":"example/fill"}
 `
 
 func TestParseReadsSplitResultLines(t *testing.T) {
-	m, failed, err := Parse(strings.NewReader(sampleJSON), io.Discard)
+	m, _, failed, err := Parse(strings.NewReader(sampleJSON), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +82,59 @@ func TestLatencyRowReadsTheDemo(t *testing.T) {
 
 func TestRenderHasEveryRowAndTheMachine(t *testing.T) {
 	var buf bytes.Buffer
-	Render(&buf, Env{Machine: "AMD EPYC, 2 cores", LoadBefore: "0.50, 0.40, 0.30"}, Metrics{}, nil, nil)
+	Render(&buf, Env{Machine: "AMD EPYC, 2 cores", LoadBefore: "0.50, 0.40, 0.30"}, Metrics{}, nil, nil, nil)
 	out := buf.String()
-	for _, want := range []string{"AMD EPYC, 2 cores", "0.50, 0.40, 0.30", "| 1 |", "| 11 |", "## Fixes"} {
+	for _, want := range []string{"AMD EPYC, 2 cores", "0.50, 0.40, 0.30", "| 1 |", "| 11 |", "| 12 |", "## Fixes"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("BENCHMARKS.md lacks %q", want)
 		}
+	}
+}
+
+func TestParseKeepsLoggedPlans(t *testing.T) {
+	const out = `{"Action":"output","Package":"example/coldplan","Output":"--- BENCH: BenchmarkColdStatistics-2\n"}
+{"Action":"output","Package":"example/coldplan","Output":"    bench_test.go:133: plan BenchmarkColdStatistics sweep-reset@1000: Limit[LockRows[Index Scan deliveries_delivered_idx]]\n"}
+{"Action":"output","Package":"example/coldplan","Output":"    bench_test.go:138: sweep-reset@1000: not a plan\n"}
+`
+	_, plans, _, err := Parse(strings.NewReader(out), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := plans["BenchmarkColdStatistics"]
+	if want := "sweep-reset@1000: Limit[LockRows[Index Scan deliveries_delivered_idx]]"; len(got) != 1 || got[0] != want {
+		t.Errorf("plans = %q, want [%q]", got, want)
+	}
+	var buf bytes.Buffer
+	Render(&buf, Env{}, Metrics{}, plans, nil, nil)
+	if !strings.Contains(buf.String(), "sweep-reset@1000: `Limit[LockRows[Index Scan deliveries_delivered_idx]]`") {
+		t.Error("BENCHMARKS.md lacks the logged plan in row 12's section")
+	}
+}
+
+func TestColdRowMetOnlyWhenEveryStatementIsLinear(t *testing.T) {
+	row := Rows[11]
+	linear := Metrics{"BenchmarkColdStatistics": {"excess-nodes": 0}, "BenchmarkColdCheck": {"excess-nodes": 0}}
+	for _, s := range coldStatements {
+		linear[s.bench][s.key+"-big/small"] = 10.4
+	}
+	if !row.Judge(linear, nil).Met() {
+		t.Error("every statement 10.4 × and no node over its bound: not met, want met")
+	}
+	quadratic := Metrics{"BenchmarkColdStatistics": {}, "BenchmarkColdCheck": {}}
+	for b, v := range linear {
+		for k, x := range v {
+			quadratic[b][k] = x
+		}
+	}
+	quadratic["BenchmarkColdStatistics"]["sweep-reset-big/small"] = 43
+	if row.Judge(quadratic, nil).Met() {
+		t.Error("the reset at 43 ×: met, want missed")
+	}
+	over := Metrics{"BenchmarkColdStatistics": {"excess-nodes": 2}, "BenchmarkColdCheck": {"excess-nodes": 0}}
+	for _, s := range coldStatements {
+		over[s.bench][s.key+"-big/small"] = 10
+	}
+	if row.Judge(over, nil).Met() {
+		t.Error("two plan nodes over their bound: met, want missed")
 	}
 }

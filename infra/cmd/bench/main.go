@@ -85,7 +85,7 @@ func run(ctx context.Context, benchtime, benchRE string, short, withDemo bool, o
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	metrics, failed, perr := Parse(stdout, os.Stderr)
+	metrics, plans, failed, perr := Parse(stdout, os.Stderr)
 	werr := cmd.Wait()
 	if perr != nil {
 		return perr
@@ -104,7 +104,7 @@ func run(ctx context.Context, benchtime, benchRE string, short, withDemo bool, o
 	env.Duration = time.Since(started).Round(time.Second).String()
 
 	var buf bytes.Buffer
-	Render(&buf, env, metrics, demo, failed)
+	Render(&buf, env, metrics, plans, demo, failed)
 	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
 		return err
 	}

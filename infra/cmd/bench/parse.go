@@ -14,6 +14,15 @@ import (
 // -GOMAXPROCS suffix) → unit → value. ns/op is among them.
 type Metrics map[string]map[string]float64
 
+// Plans are the plans benchmarks logged: benchmark name → one line per
+// statement and batch, "statement@batch: node tree", in the order logged.
+// A benchmark logs one as "plan <BenchmarkName> <statement@batch>: <tree>".
+type Plans map[string][]string
+
+// planLine is a logged plan, after the test file's position go test
+// puts before every log line.
+var planLine = regexp.MustCompile(`^(?:\S+\.go:\d+: )?plan (Benchmark\S+) (\S+): (.+)$`)
+
 // Get is one metric, and whether the run reported it.
 func (m Metrics) Get(bench, unit string) (float64, bool) {
 	v, ok := m[bench][unit]
@@ -32,12 +41,13 @@ type testEvent struct {
 // value-unit pairs separated by tabs.
 var resultLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.+)$`)
 
-// Parse reads `go test -json -bench` output and returns the metrics, and
-// the packages or tests that failed (a benchmark that failed reported
-// nothing worth rendering). log receives every output line, for the
-// operator to follow a long run.
-func Parse(r io.Reader, log io.Writer) (Metrics, []string, error) {
+// Parse reads `go test -json -bench` output and returns the metrics, the
+// plans the benchmarks logged, and the packages or tests that failed (a
+// benchmark that failed reported nothing worth rendering). log receives
+// every output line, for the operator to follow a long run.
+func Parse(r io.Reader, log io.Writer) (Metrics, Plans, []string, error) {
 	m := Metrics{}
+	plans := Plans{}
 	var failed []string
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
@@ -71,10 +81,13 @@ func Parse(r io.Reader, log io.Writer) (Metrics, []string, error) {
 				if ok {
 					m[name] = values
 				}
+				if g := planLine.FindStringSubmatch(strings.TrimSpace(line)); g != nil {
+					plans[g[1]] = append(plans[g[1]], g[2]+": "+g[3])
+				}
 			}
 		}
 	}
-	return m, failed, sc.Err()
+	return m, plans, failed, sc.Err()
 }
 
 // parseResult reads one benchmark result line.

@@ -301,4 +301,38 @@ var Rows = []Row{
 			}
 			return res
 		}},
+	{12, "cold statistics: each set-based statement on tables fresh from two mass `UPDATE`s, autovacuum off, never analysed",
+		"the same statement at a batch of 1,000 and of 10,000, each on a fresh copy of the same cold tables (linear: 10 ×); the sweep's pass over 10,000 cold stuck rows against one bare `UPDATE` of them",
+		"the 10,000 batch ≤ 12 × the 1,000 batch, for each statement; no plan node doing more rows than its batch allows",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			for _, s := range coldStatements {
+				j.atMost(s.bench, s.key+"-big/small", s.name+":", 12, "%.1f × the small batch")
+			}
+			j.atMost("BenchmarkColdStatistics", "excess-nodes", "plan nodes over the bound:", 0, "%.0f")
+			j.atMost("BenchmarkColdCheck", "excess-nodes", "in the check:", 0, "%.0f")
+			if v, ok := m.Get("BenchmarkColdStatistics", "sweep-pass/bare"); ok {
+				j.res.Detail = append(j.res.Detail, fmt.Sprintf("the sweep's pass over the cold stuck rows (batches of 1,000): %.2f × one bare UPDATE of them", v))
+			}
+			j.detail("BenchmarkColdStatistics")
+			j.detail("BenchmarkColdCheck")
+			return j.res
+		}},
 }
+
+// coldStatements are row 12's statements: the benchmark that runs each,
+// the key of its metrics, and its name in the table.
+var coldStatements = []struct{ bench, key, name string }{
+	{"BenchmarkColdStatistics", "sweep-reset", "the sweep's reset"},
+	{"BenchmarkColdStatistics", "prune-deliveries", "prune's delete of deliveries"},
+	{"BenchmarkColdStatistics", "prune-events", "prune's delete of events"},
+	{"BenchmarkColdCheck", "compensate-check", "compensate's check"},
+	{"BenchmarkColdStatistics", "compensate-insert", "compensate's insert"},
+	{"BenchmarkColdStatistics", "fill-insert", "the fill's insert"},
+	{"BenchmarkColdStatistics", "fill-page-read", "the fill's page read"},
+	{"BenchmarkColdStatistics", "read-events", "`read_events`"},
+}
+
+// PlansOf names, by row, the benchmarks whose logged plans its section
+// shows.
+var PlansOf = map[int][]string{12: {"BenchmarkColdStatistics", "BenchmarkColdCheck"}}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,12 +31,16 @@ func Client(t testing.TB) *sqs.Client {
 }
 
 // NewQueue creates a uniquely named queue with the given attributes and
-// deletes it after the test. It returns the queue URL.
+// deletes it after the test. It returns the queue URL. A FIFO queue
+// (FifoQueue "true") gets the .fifo suffix SQS requires of its name.
 func NewQueue(t testing.TB, c *sqs.Client, prefix string, attrs map[string]string) string {
 	t.Helper()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := prefix + "-" + hex.EncodeToString(b)
+	if attrs["FifoQueue"] == "true" {
+		name += ".fifo"
+	}
 	out, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
 	if err != nil {
 		t.Fatalf("sqstest: create queue %s: %v", name, err)
@@ -81,4 +86,40 @@ func Drain(t testing.TB, c *sqs.Client, url string, want int, timeout time.Durat
 		}
 	}
 	return got
+}
+
+// BareSend sends pre-built batches to the queue with SendMessageBatch from
+// concurrency workers, and does nothing else: no planning, no outcome per
+// message, no database. It is the baseline a sender's (and the relay's)
+// throughput is measured against, with the same client and concurrency.
+// It returns the first error of a call, or of an entry the queue refused.
+func BareSend(ctx context.Context, c *sqs.Client, url string, batches [][]types.SendMessageBatchRequestEntry, concurrency int) error {
+	work := make(chan []types.SendMessageBatchRequestEntry)
+	errs := make(chan error, concurrency)
+	for range concurrency {
+		go func() {
+			var first error
+			for b := range work {
+				out, err := c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: b})
+				switch {
+				case err != nil && first == nil:
+					first = err
+				case err == nil && len(out.Failed) > 0 && first == nil:
+					first = fmt.Errorf("sqstest: entry %s refused: %s", aws.ToString(out.Failed[0].Id), aws.ToString(out.Failed[0].Code))
+				}
+			}
+			errs <- first
+		}()
+	}
+	for _, b := range batches {
+		work <- b
+	}
+	close(work)
+	var first error
+	for range concurrency {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

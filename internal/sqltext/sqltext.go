@@ -1,0 +1,118 @@
+// Package sqltext is how statements live in .sql files: the one templating
+// rule for the schema name (shared with the migrations) and the loader of
+// named statements a package embeds beside the code that runs them.
+//
+// A file holds statements, each started by a line `-- name: <name>` and
+// running to the next such line. Full-line comments explain the clause
+// below them and are stripped at load, so the server never parses them;
+// each statement is sent prefixed with `/* outboxkeeper <file>.<name> */`,
+// which names it in pg_stat_activity and pg_stat_statements. Arguments are
+// named (@name, pgx.NamedArgs); a positional $1 is refused at load.
+package sqltext
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Render fills the schema template of sql: {{schema}} becomes the quoted
+// identifier and {{schema_name}} its text as a string literal. A valid
+// outbox schema name (store.ValidSchema) holds no quote, so pasting it into
+// the literal is safe; callers validate it first.
+func Render(sql, schema string) string {
+	return strings.NewReplacer(
+		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
+		"{{schema_name}}", "'"+schema+"'",
+	).Replace(sql)
+}
+
+// File is one .sql file's statements, by name, still templated.
+type File struct {
+	name       string
+	statements map[string]string
+}
+
+var (
+	nameLine   = regexp.MustCompile(`^--\s*name:\s*([a-z][a-z0-9_]*)\s*$`)
+	positional = regexp.MustCompile(`\$[0-9]+`)
+)
+
+// Parse reads the statements of the file at name in fsys.
+func Parse(fsys fs.FS, name string) (File, error) {
+	body, err := fs.ReadFile(fsys, name)
+	if err != nil {
+		return File{}, err
+	}
+	base := strings.TrimSuffix(path.Base(name), ".sql")
+	f := File{name: base, statements: map[string]string{}}
+	var current string
+	var lines []string
+	flush := func() error {
+		if current == "" {
+			return nil
+		}
+		text := strings.TrimSuffix(strings.TrimSpace(strings.Join(lines, "\n")), ";")
+		if text == "" {
+			return fmt.Errorf("sqltext: %s: statement %q is empty", name, current)
+		}
+		if loc := positional.FindString(text); loc != "" {
+			return fmt.Errorf("sqltext: %s: statement %q uses the positional argument %s: name it (@name)", name, current, loc)
+		}
+		f.statements[current] = "/* outboxkeeper " + base + "." + current + " */ " + text
+		return nil
+	}
+	for i, line := range strings.Split(string(body), "\n") {
+		if m := nameLine.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+			if err := flush(); err != nil {
+				return File{}, err
+			}
+			if _, dup := f.statements[m[1]]; dup {
+				return File{}, fmt.Errorf("sqltext: %s:%d: statement %q is named twice", name, i+1, m[1])
+			}
+			current, lines = m[1], nil
+			continue
+		}
+		if strings.HasPrefix(strings.TrimSpace(line), "--") || current == "" {
+			continue // an explanation, or the file's opening comment
+		}
+		lines = append(lines, strings.TrimRight(line, " \t"))
+	}
+	if err := flush(); err != nil {
+		return File{}, err
+	}
+	return f, nil
+}
+
+// MustParse is Parse for embedded files: a malformed one is a programming
+// error, caught by any test that builds the package's statements.
+func MustParse(fsys fs.FS, name string) File {
+	f, err := Parse(fsys, name)
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
+// Names lists the file's statements.
+func (f File) Names() []string {
+	out := make([]string, 0, len(f.statements))
+	for n := range f.statements {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Statement is the named statement rendered for schema. A name the file
+// does not hold panics: statements are looked up once, at construction.
+func (f File) Statement(name, schema string) string {
+	s, ok := f.statements[name]
+	if !ok {
+		panic(fmt.Sprintf("sqltext: %s.sql has no statement %q", f.name, name))
+	}
+	return Render(s, schema)
+}

@@ -1,0 +1,78 @@
+package sqltext
+
+import (
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+func TestRenderQuotesTheSchemaAndMakesItsNameALiteral(t *testing.T) {
+	got := Render(`SELECT {{schema}}.f({{schema_name}})`, "outbox")
+	if want := `SELECT "outbox".f('outbox')`; got != want {
+		t.Fatalf("Render = %q, want %q", got, want)
+	}
+}
+
+func TestParseSplitsNamedStatementsAndStripsComments(t *testing.T) {
+	fsys := fstest.MapFS{"events.sql": {Data: []byte(`-- The file's opening comment.
+
+-- name: head
+-- Why the head is read alone.
+SELECT {{schema}}.allocation_head();
+
+-- name: page
+SELECT sequence FROM {{schema}}.events
+-- the clause below
+WHERE sequence > @after
+ORDER BY sequence LIMIT @n
+`)}}
+	f, err := Parse(fsys, "events.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Statement("head", "o"), `/* outboxkeeper events.head */ SELECT "o".allocation_head()`; got != want {
+		t.Errorf("head = %q, want %q", got, want)
+	}
+	page := f.Statement("page", "o")
+	if strings.Contains(page, "--") {
+		t.Errorf("page keeps a comment: %q", page)
+	}
+	if !strings.HasPrefix(page, "/* outboxkeeper events.page */ SELECT sequence") || !strings.HasSuffix(page, "LIMIT @n") {
+		t.Errorf("page = %q", page)
+	}
+	if n := len(f.Names()); n != 2 {
+		t.Errorf("Names = %v, want 2 statements", f.Names())
+	}
+}
+
+func TestParseRefusesPositionalArguments(t *testing.T) {
+	fsys := fstest.MapFS{"x.sql": {Data: []byte("-- name: bad\nSELECT $1\n")}}
+	if _, err := Parse(fsys, "x.sql"); err == nil || !strings.Contains(err.Error(), "positional") {
+		t.Fatalf("Parse = %v, want a refusal naming the positional argument", err)
+	}
+}
+
+func TestParseRefusesANameGivenTwice(t *testing.T) {
+	fsys := fstest.MapFS{"x.sql": {Data: []byte("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")}}
+	if _, err := Parse(fsys, "x.sql"); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("Parse = %v, want a refusal of the duplicate name", err)
+	}
+}
+
+func TestParseRefusesAnEmptyStatement(t *testing.T) {
+	fsys := fstest.MapFS{"x.sql": {Data: []byte("-- name: a\n-- only a comment\n")}}
+	if _, err := Parse(fsys, "x.sql"); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("Parse = %v, want a refusal of the empty statement", err)
+	}
+}
+
+func TestStatementPanicsOnAnUnknownName(t *testing.T) {
+	fsys := fstest.MapFS{"x.sql": {Data: []byte("-- name: a\nSELECT 1\n")}}
+	f := MustParse(fsys, "x.sql")
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Statement of an unknown name did not panic")
+		}
+	}()
+	f.Statement("b", "o")
+}

@@ -1,0 +1,58 @@
+package testdb
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier is a pool, a connection or a transaction: whatever a test sends
+// a statement through.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Exec runs a statement a test needs to succeed, failing the test with the
+// statement when it does not.
+func Exec(t testing.TB, q Querier, sql string, args ...any) pgconn.CommandTag {
+	t.Helper()
+	tag, err := q.Exec(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return tag
+}
+
+// Scalar reads the one value a statement returns.
+func Scalar[T any](t testing.TB, q Querier, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// Column reads the one column a statement returns, every row of it.
+func Column[T any](t testing.TB, q Querier, sql string, args ...any) []T {
+	t.Helper()
+	rows, err := q.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[T])
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return out
+}
+
+// Exec runs a statement on the database's pool (see the package's Exec).
+func (d *DB) Exec(t testing.TB, sql string, args ...any) pgconn.CommandTag {
+	t.Helper()
+	return Exec(t, d.Pool, sql, args...)
+}
