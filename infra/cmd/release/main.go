@@ -29,6 +29,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 	"gopkg.in/yaml.v3"
@@ -143,6 +144,7 @@ func CLIName(target string) string {
 // cache, so running them together costs less than one after the other.
 func buildCLIs(ctx context.Context, o Options) error {
 	g, ctx := errgroup.WithContext(ctx)
+	var logMu sync.Mutex // the builds report as they finish
 	for _, target := range o.Targets {
 		goos, goarch, ok := strings.Cut(target, "/")
 		if !ok || goos == "" || goarch == "" {
@@ -167,6 +169,8 @@ func buildCLIs(ctx context.Context, o Options) error {
 			if err != nil {
 				return err
 			}
+			logMu.Lock()
+			defer logMu.Unlock()
 			fmt.Fprintf(o.Log, "  %-40s %9d bytes\n", filepath.Base(dst), fi.Size())
 			return nil
 		})
