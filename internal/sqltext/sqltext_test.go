@@ -76,3 +76,14 @@ func TestStatementPanicsOnAnUnknownName(t *testing.T) {
 	}()
 	f.Statement("b", "o")
 }
+
+func TestTagStartsTheStatementItNames(t *testing.T) {
+	fsys := fstest.MapFS{"deliveries.sql": {Data: []byte("-- name: sweep_reset\nSELECT 1\n")}}
+	f := MustParse(fsys, "deliveries.sql")
+	if got, want := f.Tag("sweep_reset"), "/* outboxkeeper deliveries.sweep_reset */"; got != want {
+		t.Errorf("Tag = %q, want %q", got, want)
+	}
+	if !strings.HasPrefix(f.Statement("sweep_reset", "o"), f.Tag("sweep_reset")) {
+		t.Errorf("the statement %q does not start with its tag", f.Statement("sweep_reset", "o"))
+	}
+}

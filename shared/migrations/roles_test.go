@@ -167,6 +167,26 @@ func TestCommitPositionIsNotPublic(t *testing.T) {
 	refused(t, "commit_position by a role not set up", err)
 }
 
+// Every function of ours is executable only by the roles the grant
+// functions set up (a trigger function is not called, it fires): none is
+// left to PUBLIC's default EXECUTE, SECURITY INVOKER or not.
+func TestNoFunctionIsExecutableByPublic(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	public := testdb.Column[string](t, db.Pool, `SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc AS p
+		WHERE p.pronamespace = 'outbox'::regnamespace AND p.prorettype <> 'pg_catalog.trigger'::regtype
+		  AND has_function_privilege('public', p.oid, 'EXECUTE')
+		ORDER BY 1`)
+	if len(public) > 0 {
+		t.Errorf("executable by PUBLIC: %v", public)
+	}
+	writer := db.Writer(t)
+	for _, call := range []string{`SELECT * FROM outbox.sweep_reset(0, 1, 0)`, `SELECT * FROM outbox.present_after(0, 1)`} {
+		_, err := writer.Pool.Exec(context.Background(), call)
+		refused(t, "the writer: "+call, err)
+	}
+}
+
 // The functions' role runs every pass and the init's version check; it
 // cannot allocate a sequence, publish, or write a real event.
 func TestMaintainerRunsEveryFunction(t *testing.T) {
