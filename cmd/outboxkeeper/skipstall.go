@@ -148,7 +148,7 @@ func runSkipStall(ctx context.Context, e *env, opts any, args []string) error {
 	if err != nil {
 		return err
 	}
-	skip, err := store.NewSkips(schema).Skip(ctx, q, f.to, f.reason, f.operator, sessions)
+	skip, err := store.NewSkips(schema).Skip(ctx, q, store.SkipParams{To: f.to, Reason: f.reason, Operator: f.operator, Sessions: sessions})
 	if err != nil {
 		return explainSkipError(err, l.schema)
 	}

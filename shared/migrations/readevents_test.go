@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 )
 
 // planNode is one node of EXPLAIN (FORMAT JSON).
@@ -125,17 +125,20 @@ func TestReadEventsIsLinearOnColdStatistics(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	if err := coldplan.Events(ctx, db.Pool, db.Schema, store.MaxRead, 0); err != nil {
+	if err := coldplan.Events(ctx, db.Pool, db.Schema, outbox.MaxRead, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := coldplan.NeverAnalysed(ctx, db.Pool, db.Schema.Table("events")); err != nil {
 		t.Fatal(err)
 	}
-	events := store.NewEvents(db.Schema)
-	for _, page := range []int{1_000, store.MaxRead} {
-		var got []store.Event
-		coldplan.Linear(t, ctx, db.DirectURL, "read_events", page, func(conn *pgx.Conn) (err error) {
-			got, err = events.ReadContiguous(ctx, conn, 0, page)
+	for _, page := range []int{1_000, outbox.MaxRead} {
+		var got []outbox.Event
+		coldplan.Linear(t, ctx, db.DirectURL, "read_events", page, func(conn *pgx.Conn) error {
+			ob, err := outbox.New(conn, outbox.Options{Schema: db.Schema.Name()})
+			if err != nil {
+				return err
+			}
+			got, err = ob.ReadContiguous(ctx, 0, page)
 			return err
 		})
 		if len(got) != page {

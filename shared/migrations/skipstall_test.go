@@ -106,7 +106,7 @@ func TestOperatorRole(t *testing.T) {
 	if out, err := admin.RetryIDs(ctx, op.Pool, []int64{dead}); err != nil || len(out) != 1 || !out[0].Reset {
 		t.Errorf("retry a dead delivery: %v, %v", out, err)
 	}
-	skip, err := store.NewSkips(schema).Skip(ctx, op.Pool, 3, "test", "alice", nil)
+	skip, err := store.NewSkips(schema).Skip(ctx, op.Pool, store.SkipParams{To: 3, Reason: "test", Operator: "alice"})
 	if err != nil {
 		t.Fatalf("skip_stall as the operator: %v", err)
 	}
@@ -139,7 +139,7 @@ func TestMaintainerCannotSkipAStall(t *testing.T) {
 	t.Parallel()
 	db, ctx := skipScene(t)
 	m := db.Maintainer(t)
-	_, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, m.Pool, 3, "test", "fn", nil)
+	_, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, m.Pool, store.SkipParams{To: 3, Reason: "test", Operator: "fn"})
 	refused(t, "skip_stall as the maintainer", err)
 	if got := filledBy(t, db, 2); got != "missing" {
 		t.Errorf("sequence 2 is %s after a refused skip, want missing", got)
@@ -152,7 +152,7 @@ func TestMaintainerCannotSkipAStall(t *testing.T) {
 func TestSkipStallWritesTheMissingAndRecordsIt(t *testing.T) {
 	t.Parallel()
 	db, ctx := skipScene(t)
-	skip, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, 3, "  INC-7: replica feedback  ", "alice@laptop", []byte(`[{"pid":42}]`))
+	skip, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, store.SkipParams{To: 3, Reason: "  INC-7: replica feedback  ", Operator: "alice@laptop", Sessions: []byte(`[{"pid":42}]`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestSkipStallNeverOverwritesALiveWritersRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	_, err = store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, held, "test", "alice", nil)
+	_, err = store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, store.SkipParams{To: held, Reason: "test", Operator: "alice"})
 	if sqlState(err) != "55P03" {
 		t.Fatalf("skip over a live writer's uncommitted row: %v, want lock_not_available (55P03)", err)
 	}
@@ -243,7 +243,7 @@ func TestSkipStallMakesALateRawWriterFail(t *testing.T) {
 	if err := raw.QueryRow(ctx, `SELECT nextval('outbox.events_sequence_seq')`).Scan(&held); err != nil {
 		t.Fatal(err)
 	}
-	skip, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, held, "test", "alice", nil)
+	skip, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, store.SkipParams{To: held, Reason: "test", Operator: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,13 +275,13 @@ func TestSkipStallRefusals(t *testing.T) {
 		{"no reason", 3, "  ", "a", "a reason is required"},
 		{"no operator", 3, "r", "", "name is required"},
 	} {
-		_, err := skips.Skip(ctx, db.Pool, c.to, c.reason, c.operator, nil)
+		_, err := skips.Skip(ctx, db.Pool, store.SkipParams{To: c.to, Reason: c.reason, Operator: c.operator})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.want)
 		}
 	}
 	mustExec(t, db, `SELECT setval('outbox.events_sequence_seq', 2000000)`)
-	if _, err := skips.Skip(ctx, db.Pool, 1_000_002, "r", "a", nil); err == nil || !strings.Contains(err.Error(), "at most 1000000") {
+	if _, err := skips.Skip(ctx, db.Pool, store.SkipParams{To: 1_000_002, Reason: "r", Operator: "a"}); err == nil || !strings.Contains(err.Error(), "at most 1000000") {
 		t.Errorf("a skip of 1000001 sequences: %v, want the cap named", err)
 	}
 	if got := filledBy(t, db, 2); got != "missing" {
@@ -295,7 +295,7 @@ func TestSkipStallBeforeTheFillStarted(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	mustExec(t, db, `SELECT outbox.publish('t', '{}')`)
-	_, err := store.NewSkips(store.MustSchema("outbox")).Skip(context.Background(), db.Pool, 1, "r", "a", nil)
+	_, err := store.NewSkips(store.MustSchema("outbox")).Skip(context.Background(), db.Pool, store.SkipParams{To: 1, Reason: "r", Operator: "a"})
 	if err == nil || !strings.Contains(err.Error(), "not anchored") {
 		t.Errorf("skip before the first fill pass: %v, want a refusal", err)
 	}
