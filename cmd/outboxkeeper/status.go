@@ -151,10 +151,14 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) error {
 	if err != nil {
 		return explainMissingSchema(ctx, q, l, err)
 	}
-	ran, err := fillPassEverRan(ctx, q, schema)
+	// Every fill pass's last statement sets fill_state.updated_at to its
+	// transaction's now(); a row no pass has written since carries the
+	// migration's.
+	byMigration, err := migrations.AppliedIn(ctx, q, l.schema, fs.UpdatedAt)
 	if err != nil {
 		return explainMissingSchema(ctx, q, l, err)
 	}
+	ran := !byMigration
 	r.At = fs.Now
 	r.Fill = describeFill(fs, ran)
 	if m := fs.Cycle; m != nil && m.Marker != nil && r.Fill.Waiting == fill.WaitingProof {
@@ -171,7 +175,7 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) error {
 	if r.Prune, err = prune.ReadState(ctx, q, schema); err != nil {
 		return err
 	}
-	if r.PruneInstalledAt, err = appliedAt(ctx, q, schema, pruneMigration); err != nil {
+	if r.PruneInstalledAt, err = migrations.AppliedAt(ctx, q, l.schema, pruneMigration); err != nil {
 		return err
 	}
 	if r.Skips, err = store.NewSkips(schema).Recent(ctx, q, 3); err != nil {
@@ -212,34 +216,9 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) error {
 	return nil
 }
 
-// fillPassEverRan says whether a fill pass has written fill_state since
-// the migrations did. Every pass's last statement sets updated_at to its
-// transaction's now(); the migration that made the row set it to its own,
-// which is also the applied_at it recorded, and no pass's transaction
-// can share that timestamp with a migration's.
-func fillPassEverRan(ctx context.Context, q store.Querier, schema store.Schema) (bool, error) {
-	var ran bool
-	err := q.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+schema.Table("schema_migrations")+` AS m WHERE m.applied_at = f.updated_at)
-		FROM `+schema.Table("fill_state")+` AS f WHERE f.singleton`).Scan(&ran)
-	if err != nil {
-		return false, fmt.Errorf("read fill state: %w", err)
-	}
-	return ran, nil
-}
-
 // pruneMigration made prune_state: a prune pass is due from when it was
 // applied.
 const pruneMigration = "0008_prune_state.sql"
-
-// appliedAt is when migration name was applied, nil if it was not.
-func appliedAt(ctx context.Context, q store.Querier, schema store.Schema, name string) (*time.Time, error) {
-	var at *time.Time
-	err := q.QueryRow(ctx, `SELECT max(applied_at) FROM `+schema.Table("schema_migrations")+` WHERE name = $1`, name).Scan(&at)
-	if err != nil {
-		return nil, fmt.Errorf("read schema_migrations: %w", err)
-	}
-	return at, nil
-}
 
 // explainMissingSchema turns a statement that found no outbox table or
 // function (an unmigrated or half-migrated database) into what to do:

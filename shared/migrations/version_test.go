@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,20 @@ func oldMigrator(t *testing.T, db *testdb.DB, schema string, n int) {
 		}
 		if _, err := db.Pool.Exec(ctx, `INSERT INTO `+q+`.schema_migrations (name) VALUES ($1)`, m.Name); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// The migrator's own statements (schema_migrations.sql) sit beside the
+// migrations but are not one: every migration is a numbered file.
+func TestMigrationsAreTheNumberedFilesOnly(t *testing.T) {
+	list := mustLoad(t, "outbox")
+	if len(list) == 0 {
+		t.Fatal("no migrations embedded")
+	}
+	for _, m := range list {
+		if v := m.Version(); v == 0 || !strings.HasPrefix(m.Name, fmt.Sprintf("%04d_", v)) {
+			t.Errorf("%s is not a numbered migration (NNNN_name.sql)", m.Name)
 		}
 	}
 }
