@@ -145,10 +145,10 @@ type bookkeeping struct {
 	lockTimeout string
 
 	pinPath, setLockTimeout, lock string
-	schemaExists, columnsExist   string
-	createSchema, createTable    string
-	addColumns                   string
-	applied, record, backfill    string
+	schemaExists, columnsExist    string
+	createSchema, createTable     string
+	addColumns                    string
+	applied, record, backfill     string
 }
 
 func newBookkeeping(schema string, lockTimeout time.Duration) bookkeeping {
