@@ -24,9 +24,6 @@ SELECT s FROM {{schema}}.present_after(@after::bigint, @page::integer) AS s;
 -- name: allocation_head
 SELECT {{schema}}.allocation_head();
 
--- name: lowest
-SELECT coalesce(min(sequence), 0) FROM {{schema}}.events;
-
 -- name: insert_placeholders
 -- Placeholders for sequences proven abandoned or reported (docs/design.md
 -- §3), never over a row (§3.5). It answers with a count and a range, not

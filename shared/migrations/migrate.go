@@ -152,21 +152,20 @@ type bookkeeping struct {
 }
 
 func newBookkeeping(schema string, lockTimeout time.Duration) bookkeeping {
-	st := func(name string) string { return schemaMigrationsSQL.Statement(name, schema) }
 	return bookkeeping{
 		quoted:         pgx.Identifier{schema}.Sanitize(),
 		lockTimeout:    fmt.Sprintf("%dms", max(1, lockTimeout.Milliseconds())),
-		pinPath:        st("pin_path"),
-		setLockTimeout: st("lock_timeout"),
-		lock:           st("lock"),
-		schemaExists:   st("schema_exists"),
-		columnsExist:   st("columns_exist"),
-		createSchema:   st("create_schema"),
-		createTable:    st("create_table"),
-		addColumns:     st("add_columns"),
-		applied:        st("applied"),
-		record:         st("record"),
-		backfill:       st("backfill"),
+		pinPath:        schemaMigrationsSQL.Statement("pin_path", schema),
+		setLockTimeout: schemaMigrationsSQL.Statement("lock_timeout", schema),
+		lock:           schemaMigrationsSQL.Statement("lock", schema),
+		schemaExists:   schemaMigrationsSQL.Statement("schema_exists", schema),
+		columnsExist:   schemaMigrationsSQL.Statement("columns_exist", schema),
+		createSchema:   schemaMigrationsSQL.Statement("create_schema", schema),
+		createTable:    schemaMigrationsSQL.Statement("create_table", schema),
+		addColumns:     schemaMigrationsSQL.Statement("add_columns", schema),
+		applied:        schemaMigrationsSQL.Statement("applied", schema),
+		record:         schemaMigrationsSQL.Statement("record", schema),
+		backfill:       schemaMigrationsSQL.Statement("backfill", schema),
 	}
 }
 
