@@ -25,7 +25,7 @@ func skipScene(t *testing.T) (*testdb.DB, context.Context) {
 	db := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	mustExec(t, db, `SELECT outbox.publish('t', '{}')`)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	fs, err := fill.New(db.Pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 5 * time.Second, Tick: 50 * time.Millisecond},
 		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
 	if err != nil {
@@ -38,36 +38,17 @@ func skipScene(t *testing.T) (*testdb.DB, context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	testdb.Exec(t, tx, `SELECT outbox.publish('t', '{}')`)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mustExec(t, db, `SELECT outbox.publish('t', '{}')`)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	return db, ctx
-}
-
-func mustExec(t *testing.T, db *testdb.DB, sql string, args ...any) {
-	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 func filledBy(t *testing.T, db *testdb.DB, seq int64) string {
 	t.Helper()
-	var by *string
-	err := db.Pool.QueryRow(context.Background(), `SELECT filled_by FROM outbox.events WHERE sequence = $1`, seq).Scan(&by)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return "missing"
-	case err != nil:
-		t.Fatal(err)
-	case by == nil:
-		return "event"
-	}
-	return *by
+	return testdb.Scalar[string](t, db.Pool, `SELECT coalesce((SELECT coalesce(filled_by, 'event') FROM outbox.events WHERE sequence = $1), 'missing')`, seq)
 }
 
 func sqlState(err error) string {
@@ -86,11 +67,8 @@ func TestOperatorRole(t *testing.T) {
 	t.Parallel()
 	db, ctx := skipScene(t)
 	op := db.Operator(t)
-	var dead int64
-	if err := db.Pool.QueryRow(ctx, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, redeliveries, delivered_at, dead_at)
-		VALUES ('r', 'k', 'secret', 'dead', 11, 10, now() - interval '1 hour', now()) RETURNING id`).Scan(&dead); err != nil {
-		t.Fatal(err)
-	}
+	dead := testdb.Scalar[int64](t, db.Pool, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, redeliveries, delivered_at, dead_at)
+		VALUES ('r', 'k', 'secret', 'dead', 11, 10, now() - interval '1 hour', now()) RETURNING id`)
 	schema := store.MustSchema("outbox")
 
 	if _, err := fill.ReadStatus(ctx, op.Pool, schema); err != nil {
@@ -198,10 +176,7 @@ func TestSkipStallNeverOverwritesALiveWritersRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer writer.Rollback(ctx) //nolint:errcheck
-	var held int64
-	if err := writer.QueryRow(ctx, `SELECT outbox.publish('t', '{"live":true}')`).Scan(&held); err != nil {
-		t.Fatal(err)
-	}
+	held := testdb.Scalar[int64](t, writer, `SELECT outbox.publish('t', '{"live":true}')`)
 	began := time.Now()
 	_, err = store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, store.SkipParams{To: held, Reason: "test", Operator: "alice"})
 	if sqlState(err) != "55P03" {
@@ -213,10 +188,7 @@ func TestSkipStallNeverOverwritesALiveWritersRow(t *testing.T) {
 	if got := filledBy(t, db, 2); got != "missing" {
 		t.Errorf("sequence 2 is %s after the failed skip, want missing (the skip is one transaction)", got)
 	}
-	var records int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.stall_skips`).Scan(&records); err != nil {
-		t.Fatal(err)
-	}
+	records := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM outbox.stall_skips`)
 	if records != 0 {
 		t.Errorf("%d skips recorded, want none for a skip that wrote nothing", records)
 	}
@@ -239,10 +211,7 @@ func TestSkipStallMakesALateRawWriterFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Rollback(ctx) //nolint:errcheck
-	var held int64
-	if err := raw.QueryRow(ctx, `SELECT nextval('outbox.events_sequence_seq')`).Scan(&held); err != nil {
-		t.Fatal(err)
-	}
+	held := testdb.Scalar[int64](t, raw, `SELECT nextval('outbox.events_sequence_seq')`)
 	skip, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, store.SkipParams{To: held, Reason: "test", Operator: "alice"})
 	if err != nil {
 		t.Fatal(err)
@@ -275,12 +244,14 @@ func TestSkipStallRefusals(t *testing.T) {
 		{"no reason", 3, "  ", "a", "a reason is required"},
 		{"no operator", 3, "r", "", "name is required"},
 	} {
-		_, err := skips.Skip(ctx, db.Pool, store.SkipParams{To: c.to, Reason: c.reason, Operator: c.operator})
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			_, err := skips.Skip(ctx, db.Pool, store.SkipParams{To: c.to, Reason: c.reason, Operator: c.operator})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.want)
+			}
+		})
 	}
-	mustExec(t, db, `SELECT setval('outbox.events_sequence_seq', 2000000)`)
+	db.Exec(t, `SELECT setval('outbox.events_sequence_seq', 2000000)`)
 	if _, err := skips.Skip(ctx, db.Pool, store.SkipParams{To: 1_000_002, Reason: "r", Operator: "a"}); err == nil || !strings.Contains(err.Error(), "at most 1000000") {
 		t.Errorf("a skip of 1000001 sequences: %v, want the cap named", err)
 	}
@@ -294,7 +265,7 @@ func TestSkipStallRefusals(t *testing.T) {
 func TestSkipStallBeforeTheFillStarted(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	mustExec(t, db, `SELECT outbox.publish('t', '{}')`)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	_, err := store.NewSkips(store.MustSchema("outbox")).Skip(context.Background(), db.Pool, store.SkipParams{To: 1, Reason: "r", Operator: "a"})
 	if err == nil || !strings.Contains(err.Error(), "not anchored") {
 		t.Errorf("skip before the first fill pass: %v, want a refusal", err)
@@ -308,11 +279,8 @@ func TestRegrantRolesRenewsTheOperator(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	op := db.Operator(t)
-	mustExec(t, db, `REVOKE SELECT ON outbox.stall_skips FROM `+pgx.Identifier{op.Name}.Sanitize())
-	var n int
-	if err := db.Pool.QueryRow(ctx, `SELECT outbox.regrant_roles()`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `REVOKE SELECT ON outbox.stall_skips FROM `+pgx.Identifier{op.Name}.Sanitize())
+	n := testdb.Scalar[int](t, db.Pool, `SELECT outbox.regrant_roles()`)
 	if n != 1 {
 		t.Errorf("regrant_roles() = %d, want 1 (the operator)", n)
 	}
