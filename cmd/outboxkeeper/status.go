@@ -154,7 +154,7 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) error {
 	// Every fill pass's last statement sets fill_state.updated_at to its
 	// transaction's now(); a row no pass has written since carries the
 	// migration's.
-	byMigration, err := migrations.AppliedIn(ctx, q, l.schema, fs.UpdatedAt)
+	byMigration, err := migrations.AppliedIn(ctx, q, schema, fs.UpdatedAt)
 	if err != nil {
 		return explainMissingSchema(ctx, q, l, err)
 	}
@@ -175,7 +175,7 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) error {
 	if r.Prune, err = prune.ReadState(ctx, q, schema); err != nil {
 		return err
 	}
-	if r.PruneInstalledAt, err = migrations.AppliedAt(ctx, q, l.schema, pruneMigration); err != nil {
+	if r.PruneInstalledAt, err = migrations.AppliedAt(ctx, q, schema, pruneMigration); err != nil {
 		return err
 	}
 	if r.Skips, err = store.NewSkips(schema).Recent(ctx, q, 3); err != nil {

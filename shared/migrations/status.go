@@ -161,9 +161,9 @@ func ReadStatus(ctx context.Context, q store.Querier, schema string) (*Status, e
 
 // AppliedAt is when the migration name was applied to schema, nil if it
 // was not.
-func AppliedAt(ctx context.Context, q store.Querier, schema, name string) (*time.Time, error) {
+func AppliedAt(ctx context.Context, q store.Querier, schema store.Schema, name string) (*time.Time, error) {
 	var at *time.Time
-	err := q.QueryRow(ctx, schemaMigrationsSQL.Statement("applied_at", schema), pgx.StrictNamedArgs{"name": name}).Scan(&at)
+	err := q.QueryRow(ctx, schemaMigrationsSQL.Statement("applied_at", schema.Name()), pgx.StrictNamedArgs{"name": name}).Scan(&at)
 	if err != nil {
 		return nil, fmt.Errorf("read schema_migrations: %w", err)
 	}
@@ -173,9 +173,9 @@ func AppliedAt(ctx context.Context, q store.Querier, schema, name string) (*time
 // AppliedIn says whether a migration of schema was applied in the
 // transaction whose now() was at: whether a row stamped at was written by
 // a migration, not by a pass.
-func AppliedIn(ctx context.Context, q store.Querier, schema string, at time.Time) (bool, error) {
+func AppliedIn(ctx context.Context, q store.Querier, schema store.Schema, at time.Time) (bool, error) {
 	var in bool
-	err := q.QueryRow(ctx, schemaMigrationsSQL.Statement("applied_in", schema), pgx.StrictNamedArgs{"at": at}).Scan(&in)
+	err := q.QueryRow(ctx, schemaMigrationsSQL.Statement("applied_in", schema.Name()), pgx.StrictNamedArgs{"at": at}).Scan(&in)
 	if err != nil {
 		return false, fmt.Errorf("read schema_migrations: %w", err)
 	}
