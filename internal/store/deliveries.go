@@ -209,12 +209,9 @@ func (c DeliveryCounts) Open() int64 { return c.Pending + c.Delivered }
 // Counts reads the figures in one statement; stuckAfter is the sweep's
 // threshold (SWEEP_STUCK_AFTER).
 func (a *DeliveryAdmin) Counts(ctx context.Context, q Querier, stuckAfter time.Duration) (DeliveryCounts, error) {
-	rows, err := q.Query(ctx, a.counts, pgx.StrictNamedArgs{"stuck_after_us": stuckAfter.Microseconds()})
-	if err != nil {
-		return DeliveryCounts{}, fmt.Errorf("count deliveries: %w", err)
-	}
-	c, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[DeliveryCounts])
-	if err != nil {
+	var c DeliveryCounts
+	if err := q.QueryRow(ctx, a.counts, pgx.StrictNamedArgs{"stuck_after_us": stuckAfter.Microseconds()}).Scan(&c.Pending, &c.Delivered, &c.Stuck,
+		&c.OldestOpenSeconds, &c.Dead, &c.OldestDeadSeconds); err != nil {
 		return DeliveryCounts{}, fmt.Errorf("count deliveries: %w", err)
 	}
 	return c, nil
@@ -223,8 +220,12 @@ func (a *DeliveryAdmin) Counts(ctx context.Context, q Querier, stuckAfter time.D
 // ListDead returns up to limit dead rows dead for at least olderThan,
 // newest first.
 func (a *DeliveryAdmin) ListDead(ctx context.Context, q Querier, olderThan time.Duration, limit int) ([]DeadDelivery, error) {
-	return collect[DeadDelivery](ctx, q, "list dead deliveries", a.listDead,
-		pgx.StrictNamedArgs{"older_than_us": olderThan.Microseconds(), "limit": limit})
+	args := pgx.StrictNamedArgs{"older_than_us": olderThan.Microseconds(), "limit": limit}
+	out, err := Rows(ctx, q, a.listDead, args, pgx.RowToStructByPos[DeadDelivery])
+	if err != nil {
+		return nil, fmt.Errorf("list dead deliveries: %w", err)
+	}
+	return out, nil
 }
 
 // RetryOutcome is what a retry by id did to one id.
@@ -239,7 +240,11 @@ type RetryOutcome struct {
 // RetryIDs puts the rows among ids that are still dead back to pending,
 // in one compare-and-set statement, and says what happened to each id.
 func (a *DeliveryAdmin) RetryIDs(ctx context.Context, q Querier, ids []int64) ([]RetryOutcome, error) {
-	return collect[RetryOutcome](ctx, q, "retry dead deliveries", a.retryIDs, pgx.StrictNamedArgs{"ids": ids})
+	out, err := Rows(ctx, q, a.retryIDs, pgx.StrictNamedArgs{"ids": ids}, pgx.RowToStructByPos[RetryOutcome])
+	if err != nil {
+		return nil, fmt.Errorf("retry dead deliveries: %w", err)
+	}
+	return out, nil
 }
 
 // RetryOlderThan puts up to limit rows dead for at least olderThan back
@@ -251,18 +256,4 @@ func (a *DeliveryAdmin) RetryOlderThan(ctx context.Context, q Querier, olderThan
 		return 0, 0, fmt.Errorf("retry dead deliveries: %w", err)
 	}
 	return reset, remaining, nil
-}
-
-// collect runs sql and scans every row into a T by position; what names
-// the statement in an error.
-func collect[T any](ctx context.Context, q Querier, what, sql string, args pgx.StrictNamedArgs) ([]T, error) {
-	rows, err := q.Query(ctx, sql, args)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[T])
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return out, nil
 }

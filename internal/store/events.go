@@ -42,11 +42,7 @@ func NewEvents(schema Schema) *Events {
 // PresentAfter returns the sequences present after `after`, at most limit of
 // them, in index order: one page of the fill's forward scan.
 func (e *Events) PresentAfter(ctx context.Context, q Querier, after int64, limit int) ([]int64, error) {
-	rows, err := q.Query(ctx, e.presentAfter, pgx.StrictNamedArgs{"after": after, "page": limit})
-	if err != nil {
-		return nil, fmt.Errorf("read page after %d: %w", after, err)
-	}
-	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	seqs, err := Rows(ctx, q, e.presentAfter, pgx.StrictNamedArgs{"after": after, "page": limit}, pgx.RowTo[int64])
 	if err != nil {
 		return nil, fmt.Errorf("read page after %d: %w", after, err)
 	}

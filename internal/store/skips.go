@@ -86,7 +86,11 @@ func (s *Skips) Skip(ctx context.Context, q Querier, p SkipParams) (Skip, error)
 
 // Recent returns the last limit skips, newest first.
 func (s *Skips) Recent(ctx context.Context, q Querier, limit int) ([]Skip, error) {
-	return collect[Skip](ctx, q, "read stall skips", s.recent, pgx.StrictNamedArgs{"limit": limit})
+	out, err := Rows(ctx, q, s.recent, pgx.StrictNamedArgs{"limit": limit}, pgx.RowToStructByPos[Skip])
+	if err != nil {
+		return nil, fmt.Errorf("read stall skips: %w", err)
+	}
+	return out, nil
 }
 
 // TakeUnreported marks every skip not yet counted as counted, and returns

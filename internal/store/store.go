@@ -40,6 +40,16 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// Rows runs sql and collects every row it returns with scan: a statement of
+// a table's file, its arguments named.
+func Rows[T any](ctx context.Context, q Querier, sql string, args pgx.StrictNamedArgs, scan pgx.RowToFunc[T]) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scan)
+}
+
 // DefaultSchema is the outbox schema when OUTBOX_SCHEMA is not set.
 const DefaultSchema = "outbox"
 

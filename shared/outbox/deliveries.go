@@ -80,11 +80,7 @@ func (o *Outbox) ClaimPending(ctx context.Context, tx pgx.Tx, limit int) ([]Deli
 	if tx == nil {
 		return nil, errors.New("outbox: ClaimPending needs a transaction to hold its row locks")
 	}
-	rows, err := tx.Query(ctx, o.sql.claimPending, pgx.StrictNamedArgs{"limit": limit})
-	if err != nil {
-		return nil, fmt.Errorf("claim pending deliveries: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Delivery])
+	out, err := store.Rows(ctx, tx, o.sql.claimPending, pgx.StrictNamedArgs{"limit": limit}, pgx.RowToStructByPos[Delivery])
 	if err != nil {
 		return nil, fmt.Errorf("claim pending deliveries: %w", err)
 	}

@@ -146,15 +146,12 @@ func (o *Outbox) publish(ctx context.Context, q store.Querier, topic string, arg
 	if len(docs) == 0 {
 		return nil, 0, errors.New("outbox: publish: no payloads")
 	}
-	rows, err := q.Query(ctx, o.sql.publish, pgx.StrictNamedArgs{"topic": topic, "payloads": docs, "headers": headers})
-	if err != nil {
-		return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
-	}
 	type published struct {
 		Sequence int64
 		XID      uint64
 	}
-	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[published])
+	named := pgx.StrictNamedArgs{"topic": topic, "payloads": docs, "headers": headers}
+	got, err := store.Rows(ctx, q, o.sql.publish, named, pgx.RowToStructByPos[published])
 	if err != nil {
 		return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
 	}
@@ -191,11 +188,7 @@ func (o *Outbox) ReadContiguous(ctx context.Context, after int64, limit int) ([]
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := o.db.Query(ctx, o.sql.readEvents, pgx.StrictNamedArgs{"after": after, "max": limit})
-	if err != nil {
-		return nil, fmt.Errorf("read events after %d: %w", after, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Event])
+	out, err := store.Rows(ctx, o.db, o.sql.readEvents, pgx.StrictNamedArgs{"after": after, "max": limit}, pgx.RowToStructByPos[Event])
 	if err != nil {
 		return nil, fmt.Errorf("read events after %d: %w", after, err)
 	}
