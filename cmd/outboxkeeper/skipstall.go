@@ -83,10 +83,7 @@ type skipPlan struct {
 	Reason   string         `json:"reason"`
 }
 
-func runSkipStall(ctx context.Context, e *env, opts any, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
+func runSkipStall(ctx context.Context, e *env, opts any) error {
 	f := opts.(*skipFlags)
 	f.reason, f.operator = strings.TrimSpace(f.reason), strings.TrimSpace(f.operator)
 	switch {

@@ -133,10 +133,7 @@ type finding struct {
 	Next string `json:"next"`
 }
 
-func runStatus(ctx context.Context, e *env, opts any, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
+func runStatus(ctx context.Context, e *env, opts any) error {
 	f := opts.(*outboxStatusFlags)
 	l, err := connect(ctx, e, f.schema)
 	if err != nil {
