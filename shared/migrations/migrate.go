@@ -2,6 +2,7 @@ package migrations
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -373,46 +374,12 @@ func applyOnce(ctx context.Context, conn Conn, schema string, list []Migration, 
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 
-	if _, err := tx.Exec(ctx, b.pinPath); err != nil {
-		return res, step, fmt.Errorf("migrate: pin search_path: %w", err)
+	if lockStep, err := b.prepare(ctx, tx); err != nil {
+		return res, cmp.Or(lockStep, step), err
 	}
-	if _, err := tx.Exec(ctx, b.setLockTimeout, pgx.StrictNamedArgs{"lock_timeout": b.lockTimeout}); err != nil {
-		return res, step, fmt.Errorf("migrate: set lock_timeout: %w", err)
-	}
-	if _, err := tx.Exec(ctx, b.lock); err != nil {
-		return res, "the migrators' advisory lock (another migrator is running)", fmt.Errorf("migrate: lock: %w", err)
-	}
-	var exists bool
-	if err := tx.QueryRow(ctx, b.schemaExists).Scan(&exists); err != nil {
-		return res, step, fmt.Errorf("migrate: look up schema: %w", err)
-	}
-	if !exists {
-		if _, err := tx.Exec(ctx, b.createSchema); err != nil {
-			return res, step, fmt.Errorf("migrate: create schema: %w", err)
-		}
-	}
-	if _, err := tx.Exec(ctx, b.createTable); err != nil {
-		return res, step, fmt.Errorf("migrate: create schema_migrations: %w", err)
-	}
-	if err := tx.QueryRow(ctx, b.columnsExist).Scan(&exists); err != nil {
-		return res, step, fmt.Errorf("migrate: read schema_migrations: %w", err)
-	}
-	if !exists {
-		if _, err := tx.Exec(ctx, b.addColumns); err != nil {
-			return res, step, fmt.Errorf("migrate: upgrade schema_migrations: %w", err)
-		}
-	}
-	rows, err := tx.Query(ctx, b.applied)
+	recorded, err := b.recorded(ctx, tx)
 	if err != nil {
-		return res, step, fmt.Errorf("migrate: read schema_migrations: %w", err)
-	}
-	type row struct {
-		Name     string
-		Checksum *string
-	}
-	recorded, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
-	if err != nil {
-		return res, step, fmt.Errorf("migrate: read schema_migrations: %w", err)
+		return res, step, err
 	}
 	applied := map[string]*string{}
 	for _, r := range recorded {
@@ -447,4 +414,55 @@ func applyOnce(ctx context.Context, conn Conn, schema string, list []Migration, 
 		return Result{}, step, fmt.Errorf("migrate: commit: %w", err)
 	}
 	return res, step, nil
+}
+
+// prepare starts an attempt's transaction: the pinned path, the lock
+// timeout, the migrators' lock, and the bookkeeping table as this build
+// records it. A wait for the migrators' lock names itself as the step.
+func (b bookkeeping) prepare(ctx context.Context, tx pgx.Tx) (lockStep string, err error) {
+	if _, err := tx.Exec(ctx, b.pinPath); err != nil {
+		return "", fmt.Errorf("migrate: pin search_path: %w", err)
+	}
+	if _, err := tx.Exec(ctx, b.setLockTimeout, pgx.StrictNamedArgs{"lock_timeout": b.lockTimeout}); err != nil {
+		return "", fmt.Errorf("migrate: set lock_timeout: %w", err)
+	}
+	if _, err := tx.Exec(ctx, b.lock); err != nil {
+		return "the migrators' advisory lock (another migrator is running)", fmt.Errorf("migrate: lock: %w", err)
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, b.schemaExists).Scan(&exists); err != nil {
+		return "", fmt.Errorf("migrate: look up schema: %w", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, b.createSchema); err != nil {
+			return "", fmt.Errorf("migrate: create schema: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, b.createTable); err != nil {
+		return "", fmt.Errorf("migrate: create schema_migrations: %w", err)
+	}
+	if err := tx.QueryRow(ctx, b.columnsExist).Scan(&exists); err != nil {
+		return "", fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, b.addColumns); err != nil {
+			return "", fmt.Errorf("migrate: upgrade schema_migrations: %w", err)
+		}
+	}
+	return "", nil
+}
+
+// appliedRow is a schema_migrations row as Apply reads it.
+type appliedRow struct {
+	Name     string
+	Checksum *string
+}
+
+// recorded reads what the schema has applied.
+func (b bookkeeping) recorded(ctx context.Context, tx pgx.Tx) ([]appliedRow, error) {
+	rows, err := store.Rows(ctx, tx, b.applied, nil, pgx.RowToStructByPos[appliedRow])
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	return rows, nil
 }
