@@ -22,11 +22,11 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -443,11 +443,11 @@ func checkWatchCoverage(tpl *template) []string {
 	if err != nil {
 		return []string{fmt.Sprintf("%s: %v", fn, err)}
 	}
-	pass := min(cfg.PassBudget, time.Duration(timeout)*time.Second-budget.Margin)
+	watch := min(cfg.PassBudget, time.Duration(timeout)*time.Second-pass.Margin)
 	var problems []string
-	if pass < period+watchSlack {
+	if watch < period+watchSlack {
 		problems = append(problems, fmt.Sprintf("%s: a pass may watch %s, not the schedule's %s plus %s of slack: some minutes would go unwatched",
-			fn, pass, period, watchSlack))
+			fn, watch, period, watchSlack))
 	}
 	if n, _ := number(tpl.property(fn, "ReservedConcurrentExecutions")); n < 2 {
 		problems = append(problems, fn+": the hand-over needs two concurrent executions")

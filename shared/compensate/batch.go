@@ -12,8 +12,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
@@ -35,7 +35,7 @@ type batch struct {
 	s *Service
 	// q sends the batch's statements, each bounded by the budget's end;
 	// insertQ is the same with a lock wait of its own (heldRowWait).
-	q, insertQ *store.Counting
+	q, insertQ *pass.Counting
 	end        time.Time // the budget's end: every statement and retry ends by it
 	items      []item
 	res        *Result
@@ -54,11 +54,11 @@ const heldRowWait = time.Second
 // whole batch; the error is only ever the caller's context ending.
 func (s *Service) RunOnce(ctx context.Context, ev events.SQSEvent) (*Result, error) {
 	start := s.opts.Now()
-	end := start.Add(budget.For(ctx, s.cfg.PassBudget, start))
+	end := start.Add(pass.For(ctx, s.cfg.PassBudget, start))
 	b := &batch{
 		s:       s,
-		q:       &store.Counting{Q: &store.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}},
-		insertQ: &store.Counting{Q: &store.Bounded{DB: s.db, Deadline: end, LockWait: heldRowWait, Now: s.opts.Now}},
+		q:       &pass.Counting{Q: &pass.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}},
+		insertQ: &pass.Counting{Q: &pass.Bounded{DB: s.db, Deadline: end, LockWait: heldRowWait, Now: s.opts.Now}},
 		end:     end,
 		res:     &Result{Received: len(ev.Records), Messages: []Message{}},
 	}
@@ -150,7 +150,7 @@ func (b *batch) fill(ctx context.Context) {
 		return
 	}
 	err := b.insert(ctx, fillable)
-	if store.IsLockTimeout(err) && len(fillable) > 1 {
+	if pass.IsLockTimeout(err) && len(fillable) > 1 {
 		for _, it := range fillable {
 			b.settleInsert(it, b.insert(ctx, []*item{it}))
 		}
@@ -165,7 +165,7 @@ func (b *batch) fill(ctx context.Context) {
 func (b *batch) settleInsert(it *item, err error) {
 	switch {
 	case err == nil:
-	case store.IsLockTimeout(err):
+	case pass.IsLockTimeout(err):
 		it.outcome, it.reason = heldByLiveWriter(receiveCount(it.msg), b.s.cfg.MaxDeferrals)
 	default:
 		it.err = fmt.Errorf("insert: %w", err)
@@ -315,11 +315,11 @@ func (b *batch) retry(ctx context.Context, fn func(context.Context) error) error
 		if err == nil {
 			return nil
 		}
-		if !store.Transient(err) || attempt > b.s.cfg.retries() || !b.s.opts.Now().Add(b.s.cfg.retryInterval()).Before(b.end) {
+		if !pass.Transient(err) || attempt > b.s.cfg.retries() || !b.s.opts.Now().Add(b.s.cfg.retryInterval()).Before(b.end) {
 			return err
 		}
 		b.res.Retries++
-		if err := budget.Sleep(ctx, b.s.cfg.retryInterval()); err != nil {
+		if err := pass.Sleep(ctx, b.s.cfg.retryInterval()); err != nil {
 			return err
 		}
 	}

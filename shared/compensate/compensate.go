@@ -20,6 +20,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
@@ -124,7 +125,7 @@ type Options struct {
 
 // Service handles batches of rollback reports. Safe for concurrent use.
 type Service struct {
-	db       store.DB
+	db       pass.DB
 	cfg      Config
 	opts     Options
 	events   *store.Events
@@ -135,7 +136,7 @@ type Service struct {
 // New applies the defaults, validates cfg and builds a Service. db runs the
 // statements: in production the pgx pool, which drops a connection that
 // failed and dials a fresh one for the next statement.
-func New(db store.DB, cfg Config, opts Options) (*Service, error) {
+func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 	switch {
 	case db == nil:
 		return nil, &setting.Error{Pass: "compensate", Field: "db", Value: nil, Reason: "must not be nil"}

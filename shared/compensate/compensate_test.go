@@ -33,6 +33,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
 )
@@ -95,7 +96,7 @@ func setup(t *testing.T, env map[string]string) *fixture {
 }
 
 // service builds a handler over db with the fixture's configuration.
-func (f *fixture) service(db store.DB) *compensate.Service {
+func (f *fixture) service(db pass.DB) *compensate.Service {
 	f.t.Helper()
 	svc, err := compensate.New(db, f.cfg, compensate.Options{
 		SQS:     f.sqs,

@@ -19,6 +19,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Lookup reads one variable; os.LookupEnv in production, a map in tests.
@@ -295,10 +296,10 @@ func (r *reader) boolean(name string, def bool) bool {
 }
 
 // A pass's Config reads a zero field as "the default", so a variable set
-// to zero explicitly is handed over as -1: the pass takes that for "none"
-// where none is allowed (FILL_GRACE=0s is fill.NoGrace) and refuses it
-// elsewhere, and explain quotes the variable as it was set.
-const explicitZero = -1
+// to zero explicitly is handed over as pass.Off: the pass takes that for
+// "none" where its Bound allows it (FILL_GRACE=0s is no grace) and refuses
+// it elsewhere, and explain quotes the variable as it was set.
+const explicitZero = pass.Off
 
 // parseInt parses a whole number; unset is 0, the pass's default.
 func (r *reader) parseInt(name string) int {

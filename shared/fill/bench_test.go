@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	kit "github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Benchmarks of the fill with the template's settings (grace 2 s, tick
@@ -217,10 +217,10 @@ func BenchmarkFillLiveGap(b *testing.B) {
 	b.ReportMetric(limit/fill, "fill/limit")
 }
 
-// timed is a store.DB that adds up the time its statements take, so a
+// timed is a kit.DB that adds up the time its statements take, so a
 // watching pass's database work can be told from its sleeps.
 type timed struct {
-	db store.DB
+	db kit.DB
 	ns atomic.Int64
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	kit "github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Defaults of Config, as the configuration table of docs/design.md lists
@@ -129,7 +130,7 @@ type Options struct {
 
 // Service runs fill passes against one outbox schema.
 type Service struct {
-	db     store.DB
+	db     kit.DB
 	events *store.Events
 	state  stateSQL
 	lease  leaseSQL
@@ -161,7 +162,7 @@ const (
 // normally the function's pool: every statement is its own transaction, so
 // consecutive statements may use different connections, and a dropped
 // connection is re-dialled.
-func New(db store.DB, cfg Config, opts Options) (*Service, error) {
+func New(db kit.DB, cfg Config, opts Options) (*Service, error) {
 	if db == nil {
 		return nil, &setting.Error{Pass: "fill", Field: "db", Value: nil, Reason: "must not be nil"}
 	}

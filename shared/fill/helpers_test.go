@@ -17,6 +17,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	kit "github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Test helpers: real PostgreSQL (a fresh database per test), writers played
@@ -37,7 +38,7 @@ func testConfig() Config {
 		Bounded: true, Tick: 50 * time.Millisecond}
 }
 
-func newService(t testing.TB, q store.DB, cfg Config, opts Options) *Service {
+func newService(t testing.TB, q kit.DB, cfg Config, opts Options) *Service {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
@@ -299,11 +300,11 @@ func show[T any](p *T) string {
 	return fmt.Sprint(*p)
 }
 
-// recorder is a store.DB that records every statement's SQL, in order.
+// recorder is a kit.DB that records every statement's SQL, in order.
 // The fill sends each statement in a batch behind its timeout (see
-// store.Bounded); the recorder notes the statement, not the timeout.
+// kit.Bounded); the recorder notes the statement, not the timeout.
 type recorder struct {
-	Q   store.DB
+	Q   kit.DB
 	mu  sync.Mutex
 	sql []string
 }

@@ -8,12 +8,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	kit "github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // finishAllowance is how long after the budget's end the last statements
-// (the blockers' names, the state, the lease) may take. budget.Margin
+// (the blockers' names, the state, the lease) may take. kit.Margin
 // keeps 2s before Lambda's deadline, so they, the log line and the metrics
 // all land before it.
 const finishAllowance = time.Second
@@ -60,8 +60,8 @@ const (
 // pass is one invocation's working state.
 type pass struct {
 	s       *Service
-	bounded *store.Bounded
-	q       *store.Counting
+	bounded *kit.Bounded
+	q       *kit.Counting
 	owner   string
 	start   time.Time
 	end     time.Time // the budget's end: every statement of the work ends by it
@@ -97,12 +97,12 @@ type pass struct {
 // from.
 func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
 	start := s.opts.Now()
-	end := start.Add(budget.For(ctx, s.cfg.PassBudget, start))
-	b := &store.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}
+	end := start.Add(kit.For(ctx, s.cfg.PassBudget, start))
+	b := &kit.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}
 	p := &pass{
 		s:       s,
 		bounded: b,
-		q:       &store.Counting{Q: b},
+		q:       &kit.Counting{Q: b},
 		owner:   newOwner(),
 		start:   start,
 		end:     end,
@@ -119,7 +119,7 @@ func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
 func (p *pass) run(ctx context.Context) error {
 	for {
 		err := p.attempt(ctx)
-		if err == nil || !store.Transient(err) || ctx.Err() != nil {
+		if err == nil || !kit.Transient(err) || ctx.Err() != nil {
 			return err
 		}
 		if !p.pause(ctx, p.s.cfg.Tick) {
@@ -562,7 +562,7 @@ func (p *pass) handOver(ctx context.Context) (done bool, err error) {
 		}
 		w, err := p.s.lease.handOverState(ctx, p.q, p.owner, ack)
 		switch {
-		case err != nil && store.Transient(err) && ctx.Err() == nil:
+		case err != nil && kit.Transient(err) && ctx.Err() == nil:
 			// Still watching: the next poll reads again.
 			p.res.Retries++
 			continue
@@ -577,7 +577,7 @@ func (p *pass) handOver(ctx context.Context) (done bool, err error) {
 		default:
 			ok, err := p.s.lease.takeLeaseBack(ctx, p.q, p.owner, p.s.opts.LeaseTTL)
 			p.leaseUnknown = outcomeUnknown(err)
-			if err != nil && store.Transient(err) && ctx.Err() == nil {
+			if err != nil && kit.Transient(err) && ctx.Err() == nil {
 				p.res.Retries++
 				continue
 			}
@@ -611,7 +611,7 @@ func (p *pass) pause(ctx context.Context, d time.Duration) bool {
 	if !p.s.opts.Now().Add(d + stepReserve).Before(p.end) {
 		return false
 	}
-	return budget.Sleep(ctx, d) == nil
+	return kit.Sleep(ctx, d) == nil
 }
 
 // close ends the pass: the blockers' names when the proof is blocked, the
@@ -622,10 +622,10 @@ func (p *pass) pause(ctx context.Context, d time.Duration) bool {
 // lost with its connection), so the next pass never waits out its expiry.
 func (p *pass) close(ctx context.Context, err error) error {
 	switch {
-	case errors.Is(err, store.ErrNotSent):
+	case errors.Is(err, kit.ErrNotSent):
 		// The pass ran out between statements: it ends as it stood.
 		err = nil
-	case errors.Is(err, store.ErrBudget):
+	case errors.Is(err, kit.ErrBudget):
 		// A statement the budget ended: most often one waiting on a lock.
 		p.res.TimedOut, err = err.Error(), nil
 		p.res.wait(WaitingBudget)
@@ -648,7 +648,7 @@ func (p *pass) close(ctx context.Context, err error) error {
 		switch {
 		case ferr == nil:
 			p.held, gaveBack = false, true
-		case errors.Is(ferr, store.ErrBudget) && err == nil:
+		case errors.Is(ferr, kit.ErrBudget) && err == nil:
 			// The lease expires on its own.
 			p.res.TimedOut = ferr.Error()
 		case err == nil && !errors.Is(ferr, errLeaseLost):
@@ -677,7 +677,7 @@ func (p *pass) close(ctx context.Context, err error) error {
 // statement never sent, took nothing.
 func outcomeUnknown(err error) bool {
 	var pgErr *pgconn.PgError
-	return err != nil && !errors.Is(err, store.ErrNotSent) && !errors.As(err, &pgErr)
+	return err != nil && !errors.Is(err, kit.ErrNotSent) && !errors.As(err, &pgErr)
 }
 
 // lastStatement sends one of the pass's last statements, again after a
@@ -686,7 +686,7 @@ func outcomeUnknown(err error) bool {
 func (p *pass) lastStatement(send func() error) error {
 	for {
 		err := send()
-		if err == nil || !store.Transient(err) || !p.s.opts.Now().Add(lastTry).Before(p.hardEnd) {
+		if err == nil || !kit.Transient(err) || !p.s.opts.Now().Add(lastTry).Before(p.hardEnd) {
 			return err
 		}
 		time.Sleep(lastTry)

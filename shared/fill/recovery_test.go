@@ -15,11 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
+	kit "github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // What a pass does when the database misbehaves: a statement blocked on a
@@ -221,13 +220,13 @@ func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
 	}
 }
 
-// lostAnswer is a store.DB whose first statement matching lose is lost
+// lostAnswer is a kit.DB whose first statement matching lose is lost
 // with its connection, as a crash loses one: the caller gets the error
 // pgx returns for a batch on a connection that died under it. With sent,
 // the statement ran on the server and committed first (only the answer is
 // lost); without, it never arrived.
 type lostAnswer struct {
-	store.DB
+	kit.DB
 	lose func(sql string) bool
 	sent bool
 	lost atomic.Bool

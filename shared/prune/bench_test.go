@@ -9,17 +9,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
 
-// longest is a store.DB that keeps the longest statement it sent: the
-// pass's every statement is one batch (store.Bounded), and each is its
+// longest is a pass.DB that keeps the longest statement it sent: the
+// pass's every statement is one batch (pass.Bounded), and each is its
 // own transaction, so that is the longest any lock of the pass is held.
 type longest struct {
-	db store.DB
+	db pass.DB
 	mu sync.Mutex
 	d  time.Duration
 }

@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // finishAllowance is how long after the budget's end the pass's last
-// statement (recording it in prune_state) may take; budget.Margin keeps
+// statement (recording it in prune_state) may take; pass.Margin keeps
 // 2s before Lambda's deadline, so it, the log line and the metrics land
 // before it.
 const finishAllowance = time.Second
@@ -26,13 +26,13 @@ const finishAllowance = time.Second
 // commits on its own, so whatever the pass did stays done.
 func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
 	start := s.opts.Now()
-	end := start.Add(budget.For(ctx, s.cfg.PassBudget, start))
-	bounded := &store.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}
-	q := &store.Counting{Q: bounded}
+	end := start.Add(pass.For(ctx, s.cfg.PassBudget, start))
+	bounded := &pass.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}
+	q := &pass.Counting{Q: bounded}
 	res := &Result{}
 
 	err := s.work(ctx, q, end, res)
-	if errors.Is(err, store.ErrBudget) {
+	if errors.Is(err, pass.ErrBudget) {
 		res.TimedOut, res.More, err = err.Error(), true, nil
 	}
 	if err == nil {
@@ -40,7 +40,7 @@ func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
 		// spent it all is still counted.
 		bounded.Deadline = end.Add(finishAllowance)
 		if rerr := s.state.record(context.WithoutCancel(ctx), q, res); rerr != nil {
-			if errors.Is(rerr, store.ErrBudget) {
+			if errors.Is(rerr, pass.ErrBudget) {
 				res.TimedOut = rerr.Error()
 			} else {
 				err = rerr

@@ -8,7 +8,7 @@
 //
 // The pass holds no transaction open between statements and uses no
 // session state: every statement commits on its own behind a
-// transaction-local statement_timeout (store.Bounded), so it runs through
+// transaction-local statement_timeout (pass.Bounded), so it runs through
 // RDS Proxy and PgBouncer in transaction mode, and a pass cut off anywhere
 // leaves every row either deleted or untouched.
 package prune
@@ -21,6 +21,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Defaults of Config, as the configuration table of docs/design.md lists
@@ -106,7 +107,7 @@ type Options struct {
 // passes may overlap (a slow pass and the next hour's): each row is
 // deleted by exactly one of them, and neither waits for the other.
 type Service struct {
-	db         store.DB
+	db         pass.DB
 	cfg        Config
 	opts       Options
 	deliveries *store.DeliveryPrune
@@ -116,7 +117,7 @@ type Service struct {
 
 // New applies the defaults, validates cfg and returns a Service that runs
 // its statements on db (a pool; each statement is its own transaction).
-func New(db store.DB, cfg Config, opts Options) (*Service, error) {
+func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 	if db == nil {
 		return nil, &setting.Error{Pass: "prune", Field: "db", Value: nil, Reason: "must not be nil"}
 	}

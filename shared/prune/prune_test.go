@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
 
@@ -26,7 +27,7 @@ func templateConfig(mut ...func(*prune.Config)) prune.Config {
 	return c
 }
 
-func newPruner(t testing.TB, db store.DB, cfg prune.Config) *prune.Service {
+func newPruner(t testing.TB, db pass.DB, cfg prune.Config) *prune.Service {
 	t.Helper()
 	s, err := prune.New(db, cfg, prune.Options{})
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
-// nopDB satisfies store.DB for construction-only tests; it is never
+// nopDB satisfies pass.DB for construction-only tests; it is never
 // queried.
 type nopDB struct{}
 

@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -150,7 +151,7 @@ func BenchmarkSweepPooler(b *testing.B) {
 	db := testdb.New(b)
 	seedDelivered(b, db, n, time.Hour)
 	direct, pooled := db.FunctionPools(b)
-	arm := func(name string, pool store.DB) benchkit.Arm {
+	arm := func(name string, pool pass.DB) benchkit.Arm {
 		s := newSweeper(b, pool)
 		return benchkit.Arm{Name: name, Run: func() time.Duration {
 			exec(b, db.Pool, `UPDATE outbox.deliveries SET state = 'delivered', redeliveries = 0,

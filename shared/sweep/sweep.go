@@ -24,10 +24,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Defaults of Config, as the configuration table of docs/design.md lists
@@ -108,7 +108,7 @@ type Options struct {
 // Services (several Lambda environments) may run at once: each row is moved
 // by exactly one of them.
 type Service struct {
-	db         store.DB
+	db         pass.DB
 	cfg        Config
 	opts       Options
 	deliveries *store.DeliverySweep
@@ -117,7 +117,7 @@ type Service struct {
 
 // New applies the defaults, validates cfg and returns a Service that runs
 // its statements on db (a pool; each statement is its own transaction).
-func New(db store.DB, cfg Config, opts Options) (*Service, error) {
+func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 	if db == nil {
 		return nil, &setting.Error{Pass: "sweep", Field: "db", Value: nil, Reason: "must not be nil"}
 	}
@@ -135,7 +135,7 @@ func New(db store.DB, cfg Config, opts Options) (*Service, error) {
 }
 
 // finishAllowance is how long after the budget's end the wake and the pass
-// record may take; budget.Margin keeps 2s before Lambda's deadline for
+// record may take; pass.Margin keeps 2s before Lambda's deadline for
 // them, the log line and the metrics.
 const finishAllowance = time.Second
 
@@ -146,7 +146,7 @@ const finishAllowance = time.Second
 //  3. wake the relay once if any stuck work was found;
 //  4. record the pass in sweep_state (one statement).
 //
-// Every statement is bounded by the pass's deadline (store.Bounded): one
+// Every statement is bounded by the pass's deadline (pass.Bounded): one
 // blocked on a lock another session holds ends the pass on its budget with
 // a normal result that names it in TimedOut. Any other failure is returned
 // with what was done so far. Every batch is one autocommitted statement,
@@ -154,12 +154,12 @@ const finishAllowance = time.Second
 // its rows stay delivered for the next pass.
 func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
 	start := s.opts.Now()
-	limit := budget.For(ctx, s.cfg.PassBudget, start)
-	bounded := &store.Bounded{DB: s.db, Deadline: start.Add(limit), Now: s.opts.Now}
-	q := &store.Counting{Q: bounded}
+	limit := pass.For(ctx, s.cfg.PassBudget, start)
+	bounded := &pass.Bounded{DB: s.db, Deadline: start.Add(limit), Now: s.opts.Now}
+	q := &pass.Counting{Q: bounded}
 	res := &Result{}
 	err := s.pass(ctx, q, bounded, start, limit, res)
-	if errors.Is(err, store.ErrBudget) {
+	if errors.Is(err, pass.ErrBudget) {
 		res.TimedOut, err = err.Error(), nil
 	}
 	res.Statements = q.Count()
@@ -170,7 +170,7 @@ func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
 	return res, err
 }
 
-func (s *Service) pass(ctx context.Context, q store.Querier, bounded *store.Bounded, start time.Time, limit time.Duration, res *Result) error {
+func (s *Service) pass(ctx context.Context, q store.Querier, bounded *pass.Bounded, start time.Time, limit time.Duration, res *Result) error {
 	counts, err := s.deliveries.CountOpen(ctx, q, s.cfg.StuckAfter)
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)

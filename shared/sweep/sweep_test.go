@@ -19,6 +19,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -39,12 +40,12 @@ func testConfig(mut ...func(*sweep.Config)) sweep.Config {
 	return c
 }
 
-func newSweeper(t testing.TB, db store.DB, mut ...func(*sweep.Config)) *sweep.Service {
+func newSweeper(t testing.TB, db pass.DB, mut ...func(*sweep.Config)) *sweep.Service {
 	t.Helper()
 	return newSweeperWith(t, db, testConfig(mut...), sweep.Options{})
 }
 
-func newSweeperWith(t testing.TB, db store.DB, cfg sweep.Config, opts sweep.Options) *sweep.Service {
+func newSweeperWith(t testing.TB, db pass.DB, cfg sweep.Config, opts sweep.Options) *sweep.Service {
 	t.Helper()
 	s, err := sweep.New(db, cfg, opts)
 	if err != nil {
@@ -671,7 +672,7 @@ func (s *statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data
 func (s *statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // The passes send each statement in a batch behind its timeout
-// (store.Bounded); the tracer counts the statement, not the timeout.
+// (pass.Bounded); the tracer counts the statement, not the timeout.
 func (s *statementTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return ctx
 }
@@ -761,7 +762,7 @@ func TestIdlePassIsThreeStatements(t *testing.T) {
 // clockOnBatch moves a clock a second forward each time a reset statement
 // is sent, so a test can spend a pass's budget batch by batch.
 type clockOnBatch struct {
-	store.DB
+	pass.DB
 	ticks atomic.Int64
 	base  time.Time
 }
@@ -879,7 +880,7 @@ func TestWakeNotifiedOncePerPassWithStuckWork(t *testing.T) {
 // cancelOnBatch cancels the pass's context a moment after the given reset
 // statement has been sent, while the database is still running it.
 type cancelOnBatch struct {
-	store.DB
+	pass.DB
 	batch  int
 	cancel context.CancelFunc
 	seen   atomic.Int32
