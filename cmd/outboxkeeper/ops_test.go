@@ -23,6 +23,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -44,12 +45,12 @@ func mustExec(t *testing.T, db *testdb.DB, sql string, args ...any) {
 // (no grace: the tests make their stalls on purpose).
 func fillPass(t *testing.T, db *testdb.DB) *fill.Result {
 	t.Helper()
-	s, err := fill.New(db.Pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 700 * time.Millisecond, Tick: 50 * time.Millisecond},
-		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
+	s, err := fill.New(db.Pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 700 * time.Millisecond, Tick: 50 * time.Millisecond},
+		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.RunOnce(context.Background())
+	res, err := s.RunOnce(context.Background(), nil)
 	if err != nil {
 		t.Fatalf("fill pass: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	compensatepkg "github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migratepkg "github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	prunepkg "github.com/outboxkeeper/outboxkeeper/shared/prune"
 	sweeppkg "github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -224,8 +225,8 @@ func TestFillGraceZeroMeansNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Grace != fillpkg.NoGrace {
-		t.Errorf("Grace = %s, want NoGrace", c.Grace)
+	if c.Grace != pass.Off {
+		t.Errorf("Grace = %s, want pass.Off (no grace)", c.Grace)
 	}
 }
 

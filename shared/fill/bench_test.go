@@ -13,7 +13,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	kit "github.com/outboxkeeper/outboxkeeper/shared/pass"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Benchmarks of the fill with the template's settings (grace 2 s, tick
@@ -171,7 +171,7 @@ func BenchmarkFillLiveGap(b *testing.B) {
 				defer cancel()
 				done := make(chan *Result, 1)
 				go func() {
-					res, _ := s.RunOnce(ctx)
+					res, _ := s.RunOnce(ctx, nil)
 					done <- res
 				}()
 				if err := waitForState(db, holdsLease+` AND started`); err != nil {
@@ -217,10 +217,10 @@ func BenchmarkFillLiveGap(b *testing.B) {
 	b.ReportMetric(limit/fill, "fill/limit")
 }
 
-// timed is a kit.DB that adds up the time its statements take, so a
+// timed is a pass.DB that adds up the time its statements take, so a
 // watching pass's database work can be told from its sleeps.
 type timed struct {
-	db kit.DB
+	db pass.DB
 	ns atomic.Int64
 }
 

@@ -46,7 +46,7 @@ func TestScatteredGapsClosedInOneCycle(t *testing.T) {
 	if res.Waiting != nil {
 		t.Errorf("Waiting = %s, want caught up", res.WaitingFor())
 	}
-	if inserts := rec.count("INSERT INTO"); int64(inserts) != gaps/int64(cfg.BatchLimit) {
+	if inserts := rec.inserts(); int64(inserts) != gaps/int64(cfg.BatchLimit) {
 		t.Errorf("inserts = %d, want %d full batches of %d", inserts, gaps/int64(cfg.BatchLimit), cfg.BatchLimit)
 	}
 	var placeholders int64

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Unit tests of the pass's decisions with an injected clock; no database.
@@ -176,7 +178,7 @@ func TestGraceDueAfterTheFirstSightingExceptForHistoricalGaps(t *testing.T) {
 	if got := graceDue(c, 2*time.Second); !got.Equal(t0.Add(2 * time.Second)) {
 		t.Errorf("grace 2s: due %v, want first seen + 2s", got)
 	}
-	if got := graceDue(c, NoGrace); !got.Equal(t0) {
+	if got := graceDue(c, pass.Off); !got.Equal(t0) {
 		t.Errorf("no grace: due %v, want first seen", got)
 	}
 	c.Historical = true
@@ -282,31 +284,5 @@ func TestGapCursorSkipToPassesOverWithoutYielding(t *testing.T) {
 	g.skipTo(9)
 	if !g.done() {
 		t.Errorf("skipTo past top: pos %d, want done at top 5", g.pos)
-	}
-}
-
-func TestLeaseLastsFourTicksAndAtLeastASecond(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		tick, want time.Duration
-	}{
-		{DefaultTick, 2 * time.Second},
-		{time.Second, 4 * time.Second},
-		{50 * time.Millisecond, time.Second},
-	}
-	for _, c := range cases {
-		if got := leaseTTL(c.tick); got != c.want {
-			t.Errorf("leaseTTL(%s) = %s, want %s", c.tick, got, c.want)
-		}
-	}
-}
-
-func TestAckWindowIsATickAndAPollAtLeast(t *testing.T) {
-	t.Parallel()
-	if got, want := ackWindow(DefaultTick), DefaultTick+leasePoll; got != want {
-		t.Errorf("ackWindow(%s) = %s, want %s", DefaultTick, got, want)
-	}
-	if got, want := ackWindow(10*time.Millisecond), minAck+leasePoll; got != want {
-		t.Errorf("ackWindow(10ms) = %s, want %s: never under the floor", got, want)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // The fill's soundness rules and pass behaviour, each against a fresh real
@@ -39,7 +40,7 @@ func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 	clk := &clock{}
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = 10*time.Second, time.Second
-	s := newService(t, db.Pool, cfg, Options{Now: clk.Now})
+	s := newService(t, db.Pool, cfg, Options{Options: pass.Options{Now: clk.Now}})
 
 	// Inside the grace.
 	res := runPass(t, s)
@@ -234,7 +235,7 @@ func TestOpenWriterCommitsDuringProof(t *testing.T) {
 	w, seq := stallBehindOpenWriter(t, db)
 
 	cfg := testConfig()
-	cfg.Grace = NoGrace
+	cfg.Grace = pass.Off
 	cfg.PassBudget = 5 * time.Second
 	await := startPassUntil(t, db, newService(t, db.Pool, cfg, Options{}), pollsProof)
 	w.commit()
@@ -267,7 +268,7 @@ func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 	cfg := testConfig()
 	cfg.BatchLimit, cfg.Grace, cfg.PassBudget = 2, 10*time.Second, time.Second
 	rec := &recorder{Q: db.Pool}
-	s := newService(t, rec, cfg, Options{Now: clk.Now})
+	s := newService(t, rec, cfg, Options{Options: pass.Options{Now: clk.Now}})
 	wantWaiting(t, runPass(t, s), WaitingGrace)
 	clk.Advance(cfg.Grace)
 	rec.reset()
@@ -285,7 +286,7 @@ func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 	if res.FilledMax == nil || *res.FilledMax != last {
 		t.Errorf("FilledMax = %s, want %d", show(res.FilledMax), last)
 	}
-	if inserts := rec.count("INSERT INTO"); inserts != 3 {
+	if inserts := rec.inserts(); inserts != 3 {
 		t.Errorf("inserts = %d, want 3 of at most 2", inserts)
 	}
 }
@@ -298,7 +299,7 @@ func TestStallAboveMarkerHeadStartsNextCycle(t *testing.T) {
 	w, _ := stallBehindOpenWriter(t, db)
 
 	cfg := testConfig()
-	cfg.Grace, cfg.PassBudget = NoGrace, time.Second
+	cfg.Grace, cfg.PassBudget = pass.Off, time.Second
 	s := newService(t, db.Pool, cfg, Options{})
 	res := runPass(t, s)
 	wantWaiting(t, res, WaitingProof)
@@ -334,7 +335,7 @@ func TestBurnedTailFilled(t *testing.T) {
 	first, last := burn(t, db, 3)
 
 	cfg := testConfig()
-	cfg.Grace = NoGrace
+	cfg.Grace = pass.Off
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
 	wantCaughtUp(t, res)
 	if res.Filled != 3 {
@@ -375,7 +376,7 @@ func TestFilledRangeNotifiedPerInsert(t *testing.T) {
 	commit(t, db, 1)
 
 	cfg := testConfig()
-	cfg.Grace, cfg.BatchLimit = NoGrace, 2
+	cfg.Grace, cfg.BatchLimit = pass.Off, 2
 	s := newService(t, db.Pool, cfg, Options{})
 	if res := runPass(t, s); res.Filled != 5 {
 		t.Fatalf("Filled = %d, want %d..%d; %v", res.Filled, first, last, res)
@@ -597,7 +598,7 @@ func TestConcurrentPassesLease(t *testing.T) {
 			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
 			ctx, cancel := passContext()
 			defer cancel()
-			res, err := s.RunOnce(ctx)
+			res, err := s.RunOnce(ctx, nil)
 			if err != nil {
 				t.Errorf("pass %d: %v", i, err)
 			}
@@ -660,14 +661,14 @@ func TestExpiredLeaseIsTaken(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	started(t, db)
-	exec(t, db.Pool, `UPDATE outbox.fill_state SET lease_owner = 'crashed', lease_expires_at = now() + interval '1 hour'`)
+	exec(t, db.Pool, `UPDATE outbox.leases SET owner = 'crashed', expires_at = now() + interval '1 hour' WHERE name = 'fill'`)
 	s := newService(t, db.Pool, testConfig(), Options{})
 	res := runPass(t, s)
 	wantWaiting(t, res, WaitingLease)
 	if res.Watermark != 1 {
 		t.Errorf("live lease: Watermark = %d, want 1 (reported while waiting on the lease)", res.Watermark)
 	}
-	exec(t, db.Pool, `UPDATE outbox.fill_state SET lease_expires_at = now() - interval '1 second'`)
+	exec(t, db.Pool, `UPDATE outbox.leases SET expires_at = now() - interval '1 second' WHERE name = 'fill'`)
 	wantCaughtUp(t, runPass(t, s)) // the expired lease is taken
 }
 
@@ -690,7 +691,7 @@ func TestCancelledMidPassNextContinues(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	res, err := s.RunOnce(ctx)
+	res, err := s.RunOnce(ctx, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("RunOnce = %v, %v; want the cancellation", res, err)
 	}
@@ -771,7 +772,7 @@ func TestRuleMarkerAfterHead(t *testing.T) {
 	gap := stallBehindRollback(t, db)
 
 	cfg := testConfig()
-	cfg.Grace, cfg.PassBudget = NoGrace, time.Second
+	cfg.Grace, cfg.PassBudget = pass.Off, time.Second
 	s := newService(t, db.Pool, cfg, Options{})
 	var w *writer
 	var late int64
@@ -821,7 +822,7 @@ func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 	stallBehindRollback(t, db)
 	rec := &recorder{Q: db.Pool}
 	cfg := testConfig()
-	cfg.Grace = NoGrace
+	cfg.Grace = pass.Off
 	if res := runPass(t, newService(t, rec, cfg, Options{})); res.Filled != 1 {
 		t.Fatalf("Filled = %d, want 1; %v", res.Filled, res)
 	}
@@ -856,7 +857,7 @@ func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
 	w, held := stallBehindAllocatingWriter(t, db)
 
 	cfg := testConfig()
-	cfg.Grace, cfg.PassBudget = NoGrace, 1500*time.Millisecond
+	cfg.Grace, cfg.PassBudget = pass.Off, 1500*time.Millisecond
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
 	if res.Filled != 0 {
 		t.Errorf("Filled = %d, want 0 while the writer runs", res.Filled)
@@ -883,7 +884,7 @@ func TestRuleNeverOverwriteNeverAboveHead(t *testing.T) {
 	before := rows(t, db)
 
 	cfg := testConfig()
-	cfg.Grace = NoGrace
+	cfg.Grace = pass.Off
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
 	if res.Filled != 3 {
 		t.Errorf("Filled = %d, want 3", res.Filled)
@@ -919,7 +920,7 @@ func TestRuleNeverOverwriteARowWrittenAfterThePageRead(t *testing.T) {
 	commit(t, db, 1)
 
 	cfg := testConfig()
-	cfg.Grace = NoGrace
+	cfg.Grace = pass.Off
 	s := newService(t, db.Pool, cfg, Options{})
 	var theirs string // the concurrent row's xmin
 	s.beforeInsert = func(seqs []int64) {

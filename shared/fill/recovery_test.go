@@ -18,7 +18,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
-	kit "github.com/outboxkeeper/outboxkeeper/shared/pass"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // What a pass does when the database misbehaves: a statement blocked on a
@@ -47,7 +47,7 @@ func lockedBy(t *testing.T, db *testdb.DB, sql string) {
 func loggedPass(t *testing.T, s *Service) (*Result, string) {
 	t.Helper()
 	var logs syncbuf.Buffer
-	s.opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	s.kit.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	ctx, cancel := passContext()
 	defer cancel()
 	res, err := s.Handle(ctx, nil)
@@ -65,7 +65,7 @@ func assertEndedOnBudget(t *testing.T, res *Result, logs string, budget time.Dur
 	if !strings.Contains(res.TimedOut, "statement timeout") {
 		t.Errorf("TimedOut = %q, want the statement the budget ended", res.TimedOut)
 	}
-	if took := time.Duration(res.DurationMS) * time.Millisecond; took > budget+finishAllowance+time.Second {
+	if took := time.Duration(res.DurationMS) * time.Millisecond; took > budget+pass.FinishAllowance+time.Second {
 		t.Errorf("the pass took %s, want its budget %s and the finish", took, budget)
 	}
 	if !strings.Contains(logs, `"msg":"fill pass"`) {
@@ -109,7 +109,7 @@ func TestConnectionKilledMidProofSameInvocationRecovers(t *testing.T) {
 
 	app := "okt-fill-kill-" + db.Name
 	cfg := testConfig()
-	cfg.Grace, cfg.PassBudget = NoGrace, 8*time.Second
+	cfg.Grace, cfg.PassBudget = pass.Off, 8*time.Second
 	await := startPassUntil(t, db, newService(t, db.NewPool(t, app), cfg, Options{}), pollsProof)
 	if killed := db.KillSessions(t, app); killed == 0 {
 		t.Fatal("found none of the pass's connections to kill")
@@ -220,13 +220,13 @@ func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
 	}
 }
 
-// lostAnswer is a kit.DB whose first statement matching lose is lost
+// lostAnswer is a pass.DB whose first statement matching lose is lost
 // with its connection, as a crash loses one: the caller gets the error
 // pgx returns for a batch on a connection that died under it. With sent,
 // the statement ran on the server and committed first (only the answer is
 // lost); without, it never arrived.
 type lostAnswer struct {
-	kit.DB
+	pass.DB
 	lose func(sql string) bool
 	sent bool
 	lost atomic.Bool
@@ -267,11 +267,11 @@ func TestLeaseTakenWithTheAnswerLostIsGivenBack(t *testing.T) {
 	started(t, db)
 	cfg := testConfig()
 	cfg.PassBudget, cfg.Tick = 150*time.Millisecond, 200*time.Millisecond
-	lossy := &lostAnswer{DB: db.Pool, sent: true, lose: func(sql string) bool { return strings.Contains(sql, "lease_owner = CASE WHEN") }}
+	lossy := &lostAnswer{DB: db.Pool, sent: true, lose: func(sql string) bool { return strings.Contains(sql, "leases.acquire") }}
 	s := newService(t, lossy, cfg, Options{})
 	ctx, cancel := passContext()
 	defer cancel()
-	res, err := s.RunOnce(ctx)
+	res, err := s.RunOnce(ctx, nil)
 	if !lossy.lost.Load() {
 		t.Fatal("the lease statement's answer was never lost")
 	}
@@ -294,7 +294,7 @@ func TestLeaseTakenWithTheAnswerLostIsGivenBack(t *testing.T) {
 func TestFinishIsRetriedAfterALostConnection(t *testing.T) {
 	db := testdb.New(t)
 	started(t, db)
-	lossy := &lostAnswer{DB: db.Pool, lose: func(sql string) bool { return strings.Contains(sql, "lease_owner = NULL,") }}
+	lossy := &lostAnswer{DB: db.Pool, lose: func(sql string) bool { return strings.Contains(sql, "leases.finish") }}
 	res := runPass(t, newService(t, lossy, testConfig(), Options{}))
 	if !lossy.lost.Load() {
 		t.Fatal("the finish was never lost")

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -148,7 +149,7 @@ func TestWriterRoleConsumes(t *testing.T) {
 	refused(t, "move a position by hand", err)
 	_, err = writer.Pool.Exec(ctx, `DELETE FROM outbox.events`)
 	refused(t, "delete events", err)
-	_, err = writer.Pool.Exec(ctx, `SELECT lease_owner FROM outbox.fill_state`)
+	_, err = writer.Pool.Exec(ctx, `SELECT owner FROM outbox.leases`)
 	refused(t, "read the fill's lease", err)
 }
 
@@ -212,12 +213,12 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
 				t.Fatal(err)
 			}
-			fs, err := fill.New(db.Pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
-				fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
+			fs, err := fill.New(db.Pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
+				fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := fs.RunOnce(ctx); err != nil { // anchors the watermark at 1
+			if _, err := fs.RunOnce(ctx, nil); err != nil { // anchors the watermark at 1
 				t.Fatal(err)
 			}
 
@@ -234,7 +235,7 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil { // a later writer commits
 				t.Fatal(err)
 			}
-			fr, err := fs.RunOnce(ctx)
+			fr, err := fs.RunOnce(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -391,12 +392,12 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 		t.Fatal(err)
 	}
 	exec(`SELECT outbox.publish('t', '{}')`)
-	fs, err := fill.New(pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
-		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
+	fs, err := fill.New(pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
+		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fr, err := fs.RunOnce(ctx)
+	fr, err := fs.RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("fill: %v", err)
 	}

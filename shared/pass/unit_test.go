@@ -11,6 +11,34 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 )
 
+func TestLeaseLastsFourTicksAndAtLeastASecond(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		tick, want time.Duration
+	}{
+		{500 * time.Millisecond, 2 * time.Second},
+		{time.Second, 4 * time.Second},
+		{50 * time.Millisecond, time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.tick.String(), func(t *testing.T) {
+			if got := LeaseTTL(c.tick); got != c.want {
+				t.Errorf("LeaseTTL(%s) = %s, want %s", c.tick, got, c.want)
+			}
+		})
+	}
+}
+
+func TestAckWindowIsATickAndAPollAtLeast(t *testing.T) {
+	t.Parallel()
+	if got, want := AckWindow(500*time.Millisecond), 500*time.Millisecond+LeasePoll; got != want {
+		t.Errorf("AckWindow(500ms) = %s, want %s", got, want)
+	}
+	if got, want := AckWindow(10*time.Millisecond), MinAck+LeasePoll; got != want {
+		t.Errorf("AckWindow(10ms) = %s, want %s: never under the floor", got, want)
+	}
+}
+
 // fixedClock is a clock the test moves.
 type fixedClock struct{ t time.Time }
 
