@@ -60,11 +60,11 @@ func fillPass(t *testing.T, db *testdb.DB) *fill.Result {
 // sweepPass runs one sweep pass, so sweep_state says it runs.
 func sweepPass(t *testing.T, db *testdb.DB) {
 	t.Helper()
-	s, err := sweep.New(db.Pool, sweep.Config{}, sweep.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}})
+	s, err := sweep.New(db.Pool, sweep.Config{}, sweep.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RunOnce(context.Background()); err != nil {
+	if _, err := s.RunOnce(context.Background(), nil); err != nil {
 		t.Fatalf("sweep pass: %v", err)
 	}
 }

@@ -449,11 +449,11 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 		VALUES ('r', 'k', '', 'delivered', 11, 10, now() - interval '2 minutes') RETURNING id`).Scan(&dying); err != nil {
 		t.Fatal(err)
 	}
-	ss, err := sweep.New(pool, sweep.Config{}, sweep.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}})
+	ss, err := sweep.New(pool, sweep.Config{}, sweep.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sr, err := ss.RunOnce(ctx)
+	sr, err := ss.RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("sweep: %v", err)
 	}

@@ -33,7 +33,7 @@ func TestLockedDeliveriesEndThePassOnItsBudget(t *testing.T) {
 	exec(t, tx, `LOCK TABLE outbox.deliveries IN ACCESS EXCLUSIVE MODE`)
 
 	const budget = time.Second
-	res, err := newSweeper(t, db.Pool, func(c *sweep.Config) { c.PassBudget = budget }).RunOnce(ctx)
+	res, err := newSweeper(t, db.Pool, func(c *sweep.Config) { c.PassBudget = budget }).RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("RunOnce: %v, want a normal end on the budget", err)
 	}
@@ -61,7 +61,7 @@ func TestTotalsCountWhatCommittedWhenAPassFailsMidway(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	q := &cancelOnBatch{DB: db.Pool, batch: 3, cancel: cancel}
-	res, err := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 }).RunOnce(ctx)
+	res, err := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 }).RunOnce(ctx, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("RunOnce = %v, %v; want context.Canceled", res, err)
 	}
@@ -71,5 +71,35 @@ func TestTotalsCountWhatCommittedWhenAPassFailsMidway(t *testing.T) {
 	}
 	if res.Reset != committed {
 		t.Errorf("Reset = %d, want the %d that committed", res.Reset, committed)
+	}
+}
+
+// The finish rule: a pass whose invocation is cancelled midway still
+// wakes the relay for what it reset and records itself in sweep_state, in
+// the time the budget keeps for its last statements.
+func TestACancelledPassIsStillRecorded(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDelivered(t, db, 1000, time.Hour)
+	// Each row update takes 2ms, so the third batch is still running when
+	// the context is cancelled.
+	exec(t, db.Pool, `CREATE FUNCTION outbox.slow_update() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$`)
+	exec(t, db.Pool, `CREATE TRIGGER slow BEFORE UPDATE ON outbox.deliveries FOR EACH ROW EXECUTE FUNCTION outbox.slow_update()`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := &cancelOnBatch{DB: db.Pool, batch: 3, cancel: cancel}
+	res, err := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 }).RunOnce(ctx, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunOnce = %v, %v; want context.Canceled", res, err)
+	}
+	if passes := scalar[int64](t, db.Pool, `SELECT passes FROM outbox.sweep_state`); passes != 1 {
+		t.Errorf("sweep_state.passes = %d after a cancelled pass, want it recorded", passes)
+	}
+	if last := scalar[int64](t, db.Pool, `SELECT last_reset FROM outbox.sweep_state`); last != res.Reset || last == 0 {
+		t.Errorf("sweep_state.last_reset = %d, want the pass's %d resets", last, res.Reset)
+	}
+	if !res.Woken {
+		t.Error("the relay was not woken for the rows the cancelled pass reset")
 	}
 }

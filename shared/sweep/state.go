@@ -2,46 +2,27 @@ package sweep
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
-// stateSQL is the SQL for <schema>.sweep_state (shared/migrations/0004), the
-// sweep's own table; it lives beside the function that owns it. The
-// running totals are the exception: each reset statement adds what it
-// moved in the same statement (internal/store/deliveries.go), so they stay
-// exact when a pass fails midway.
-type stateSQL struct {
-	recordPass string
-}
+//go:embed sweep_state.sql
+var sqlFiles embed.FS
 
-func newStateSQL(schema store.Schema) stateSQL {
-	t := schema.Table("sweep_state")
-	return stateSQL{
-		// An upsert rather than an update: the migration inserts the one
-		// row, but if an operator deleted it the next pass recreates it
-		// instead of silently recording nothing. passes is added in SQL, so
-		// concurrent passes never lose each other's count.
-		recordPass: `INSERT INTO ` + t + ` AS s (id, passes, last_pass_at, last_reset, last_dead, last_stuck_pending)
-			VALUES (true, 1, now(), $1, $2, $3)
-			ON CONFLICT (id) DO UPDATE SET
-				passes             = s.passes + 1,
-				last_pass_at       = now(),
-				last_reset         = excluded.last_reset,
-				last_dead          = excluded.last_dead,
-				last_stuck_pending = excluded.last_stuck_pending`,
-	}
-}
+var stateFile = sqltext.MustParse(sqlFiles, "sweep_state.sql")
 
 // record adds one pass to sweep_state.
-func (s stateSQL) record(ctx context.Context, q store.Querier, res *Result) error {
-	if _, err := q.Exec(ctx, s.recordPass, res.Reset, res.Dead, res.StuckPending); err != nil {
-		return fmt.Errorf("record pass in sweep_state: %w", err)
+func record(ctx context.Context, q store.Querier, sql string, res *Result) error {
+	_, err := q.Exec(ctx, sql, pgx.NamedArgs{"reset": res.Reset, "dead": res.Dead, "stuck_pending": res.StuckPending})
+	if err != nil {
+		return fmt.Errorf("record the pass in sweep_state: %w", err)
 	}
 	return nil
 }
@@ -62,8 +43,7 @@ type State struct {
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
 	var s State
-	err := q.QueryRow(ctx, `SELECT passes, last_pass_at, last_reset, last_dead, last_stuck_pending, resets_total, dead_total
-		FROM `+schema.Table("sweep_state")+` WHERE id`).Scan(
+	err := q.QueryRow(ctx, stateFile.Statement("read", schema.Name())).Scan(
 		&s.Passes, &s.LastPassAt, &s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return State{}, fmt.Errorf("read sweep_state: %w", err)

@@ -56,7 +56,7 @@ func newSweeperWith(t testing.TB, db pass.DB, cfg sweep.Config, opts sweep.Optio
 
 func run(t testing.TB, s *sweep.Service) *sweep.Result {
 	t.Helper()
-	res, err := s.RunOnce(context.Background())
+	res, err := s.RunOnce(context.Background(), nil)
 	if err != nil {
 		t.Fatalf("RunOnce: %v (partial %+v)", err, res)
 	}
@@ -189,7 +189,7 @@ func racingSweeps(t *testing.T, db *testdb.DB, n, batchLimit int, start <-chan s
 		s := newSweeper(t, ownPool(t, db), func(c *sweep.Config) { c.BatchLimit = batchLimit })
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = s.RunOnce(context.Background())
+			results[i], errs[i] = s.RunOnce(context.Background(), nil)
 		})
 	}
 	return func() []*sweep.Result {
@@ -616,7 +616,7 @@ func TestNeverDeadKeepsResetting(t *testing.T) {
 	db := testdb.New(t)
 	ids := seedDelivered(t, db, 3, time.Hour)
 	exec(t, db.Pool, `UPDATE outbox.deliveries SET redeliveries = 500, attempts = 501 WHERE id = ANY($1)`, ids)
-	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = sweep.NeverDead }))
+	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = pass.Off }))
 	if res.Reset != 3 {
 		t.Errorf("Reset = %d, want 3", res.Reset)
 	}
@@ -672,7 +672,7 @@ func (s *statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data
 func (s *statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // The passes send each statement in a batch behind its timeout
-// (pass.Bounded); the tracer counts the statement, not the timeout.
+// (store.Bounded); the tracer counts the statement, not the timeout.
 func (s *statementTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return ctx
 }
@@ -788,7 +788,7 @@ func TestBudgetStopsBatches(t *testing.T) {
 	db := testdb.New(t)
 	seedDelivered(t, db, 30, time.Hour)
 	q := &clockOnBatch{DB: db.Pool, base: time.Now()}
-	s := newSweeperWith(t, q, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 500 * time.Millisecond }), sweep.Options{Now: q.now})
+	s := newSweeperWith(t, q, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 500 * time.Millisecond }), sweep.Options{Options: pass.Options{Now: q.now}})
 	res := run(t, s)
 	if res.Reset != 10 {
 		t.Errorf("first pass: Reset = %d, want one batch of 10", res.Reset)
@@ -911,7 +911,7 @@ func TestCancelledMidPassKeepsOnlyCommittedBatches(t *testing.T) {
 	defer cancel()
 	q := &cancelOnBatch{DB: db.Pool, batch: 3, cancel: cancel}
 	s := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 })
-	res, err := s.RunOnce(ctx)
+	res, err := s.RunOnce(ctx, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("RunOnce = %+v, %v; want context.Canceled", res, err)
 	}

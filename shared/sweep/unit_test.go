@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // nopDB satisfies pass.DB for construction-only tests; it is never
@@ -37,8 +38,8 @@ func TestNewAcceptsTheDefaultsAndNeverDead(t *testing.T) {
 	if _, err := New(nopDB{}, Config{}, Options{}); err != nil {
 		t.Errorf("defaults refused: %v", err)
 	}
-	if _, err := New(nopDB{}, Config{MaxRedeliveries: NeverDead}, Options{}); err != nil {
-		t.Errorf("NeverDead refused: %v", err)
+	if _, err := New(nopDB{}, Config{MaxRedeliveries: pass.Off}, Options{}); err != nil {
+		t.Errorf("pass.Off (never dead) refused: %v", err)
 	}
 }
 
@@ -85,19 +86,6 @@ func TestWakeOnAnyResetDeathOrStuckPendingRow(t *testing.T) {
 	}
 }
 
-func TestNoBatchStartsOnceTheBudgetIsSpent(t *testing.T) {
-	t.Parallel()
-	if !budgetLeft(0, time.Second) {
-		t.Error("a fresh pass with budget left may start a batch")
-	}
-	if budgetLeft(time.Second, time.Second) {
-		t.Error("at the budget, no batch may start")
-	}
-	if budgetLeft(0, 0) {
-		t.Error("a zero budget allows no batch")
-	}
-}
-
 func TestMetricsLeaveOutGaugesNeverRead(t *testing.T) {
 	t.Parallel()
 	names := func(r *Result) map[string]bool {
@@ -124,7 +112,7 @@ func TestMetricsLeaveOutGaugesNeverRead(t *testing.T) {
 func TestMetricsCarryThePassFigures(t *testing.T) {
 	t.Parallel()
 	got := map[string]float64{}
-	for _, m := range (&Result{Reset: 3, Dead: 1, Open: 9, OldestOpenAgeS: 12.5, DurationMS: 40, counted: true}).Metrics() {
+	for _, m := range (&Result{Reset: 3, Dead: 1, Open: 9, OldestOpenAgeS: 12.5, Summary: pass.Summary{DurationMS: 40}, counted: true}).Metrics() {
 		got[m.Name] = m.Value
 	}
 	want := map[string]float64{"SweepRuns": 1, "Redeliveries": 3, "DeadLettered": 1, "OpenDeliveries": 9, "OldestOpenAgeSeconds": 12.5, "PassDurationMs": 40}
