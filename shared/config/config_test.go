@@ -46,7 +46,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pr != (prunepkg.Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: prunepkg.Keep, BatchLimit: 5000, PassBudget: 20 * time.Second}) {
+	if pr != (prunepkg.Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: pass.Off, BatchLimit: 5000, PassBudget: 20 * time.Second}) {
 		t.Fatalf("prune = %+v", pr)
 	}
 	comp, err := Load[compensatepkg.Config](env)
@@ -127,7 +127,7 @@ func TestEveryVariable(t *testing.T) {
 		{"COMPENSATE_MAX_DEFERRALS", "7", func(l loaded) bool { return l.comp.MaxDeferrals == 7 }, []string{"0"}},
 		{"COMPENSATE_RETRY_ATTEMPTS", "0", func(l loaded) bool { return l.comp.RetryAttempts == compensatepkg.None }, []string{"-1", "101", "two"}},
 		{"COMPENSATE_RETRY_INTERVAL", "100ms", func(l loaded) bool { return l.comp.RetryInterval == 100*time.Millisecond }, []string{"-5ms", "fast"}},
-		{"PRUNE_ACKED_AFTER", "0", func(l loaded) bool { return l.pr.AckedAfter == prunepkg.Keep }, []string{"500ms", "a day"}},
+		{"PRUNE_ACKED_AFTER", "0", func(l loaded) bool { return l.pr.AckedAfter == pass.Off }, []string{"500ms", "a day"}},
 		{"PRUNE_DEAD_AFTER", "720h", func(l loaded) bool { return l.pr.DeadAfter == 720*time.Hour }, []string{"-1h", "week"}},
 		{"PRUNE_EVENTS_AFTER", "2160h", func(l loaded) bool { return l.pr.EventsAfter == 2160*time.Hour }, []string{"1ms", "90d"}},
 		{"PRUNE_BATCH_LIMIT", "200", func(l loaded) bool { return l.pr.BatchLimit == 200 }, []string{"0", "100001"}},

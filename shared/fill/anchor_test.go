@@ -131,7 +131,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pres, err := pr.RunOnce(ctx)
+			pres, err := pr.RunOnce(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +151,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			if got, want := consume(t, db, "c"), span(1, b); !slices.Equal(got, want) {
 				t.Errorf("the consumer read %d events (%v...), want all %d", len(got), got[:min(len(got), 5)], len(want))
 			}
-			pres, err = pr.RunOnce(ctx)
+			pres, err = pr.RunOnce(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

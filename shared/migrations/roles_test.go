@@ -469,11 +469,11 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	exec(`UPDATE outbox.deliveries SET state = 'acked', created_at = now() - interval '2 days', acked_at = now() - interval '2 days' WHERE id = $1`, stuck)
 	exec(`UPDATE outbox.events SET recorded_at = now() - interval '2 days'`)
 	ps, err := prune.New(pool, prune.Config{EventsAfter: time.Hour},
-		prune.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}})
+		prune.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, err := ps.RunOnce(ctx)
+	pr, err := ps.RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("prune: %v", err)
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // longest is a pass.DB that keeps the longest statement it sent: the
-// pass's every statement is one batch (pass.Bounded), and each is its
+// pass's every statement is one batch (store.Bounded), and each is its
 // own transaction, so that is the longest any lock of the pass is held.
 type longest struct {
 	db pass.DB

@@ -38,7 +38,7 @@ func newPruner(t testing.TB, db pass.DB, cfg prune.Config) *prune.Service {
 
 func run(t testing.TB, s *prune.Service) *prune.Result {
 	t.Helper()
-	res, err := s.RunOnce(context.Background())
+	res, err := s.RunOnce(context.Background(), nil)
 	if err != nil {
 		t.Fatalf("RunOnce: %v (partial %s)", err, res)
 	}
@@ -155,7 +155,7 @@ func TestPruneKeepsDeadWhenTold(t *testing.T) {
 	db := testdb.New(t)
 	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
 	seedDeliveries(t, db, "dead-ancient", "dead", 4, 400*day, 0, 399*day, 399*day)
-	res := run(t, newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.DeadAfter = prune.Keep })))
+	res := run(t, newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.DeadAfter = pass.Off })))
 	if res.DeletedDead != 0 {
 		t.Errorf("deleted_dead = %d, want 0", res.DeletedDead)
 	}
@@ -331,7 +331,7 @@ func TestOverlappingPrunePassesDeleteEachRowOnce(t *testing.T) {
 		s := newPruner(t, db.Pool, cfg)
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = s.RunOnce(context.Background())
+			results[i], errs[i] = s.RunOnce(context.Background(), nil)
 		})
 	}
 	close(start)
@@ -418,7 +418,7 @@ func TestPruneBlockedOnALockEndsOnItsBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.PassBudget = 500 * time.Millisecond }))
-	res, err := s.RunOnce(ctx)
+	res, err := s.RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("RunOnce: %v, want a normal response", err)
 	}
@@ -441,9 +441,26 @@ func TestPruneCancelled(t *testing.T) {
 	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx)
+	_, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("RunOnce on a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// The finish rule: a pass whose invocation was cancelled still records
+// itself in prune_state, in the time the budget keeps for its last
+// statement.
+func TestACancelledPruneIsStillRecorded(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunOnce on a cancelled context: %v, want context.Canceled", err)
+	}
+	if passes := scalar[int64](t, db.Pool, `SELECT passes FROM outbox.prune_state`); passes != 1 {
+		t.Errorf("prune_state.passes = %d after a cancelled pass, want it recorded", passes)
 	}
 }
 
@@ -468,7 +485,7 @@ func TestPruneKeepsARowReopenedWhileItsBatchWaited(t *testing.T) {
 	}
 	done := make(chan *prune.Result, 1)
 	go func() {
-		res, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx)
+		res, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx, nil)
 		if err != nil {
 			t.Errorf("RunOnce: %v", err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // nopDB satisfies pass.DB for construction-only tests; it is never
@@ -27,7 +28,7 @@ func (nopDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults  { panic("n
 func TestZeroConfigIsTheDefaults(t *testing.T) {
 	t.Parallel()
 	got := Config{}.WithDefaults()
-	want := Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: Keep,
+	want := Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: pass.Off,
 		BatchLimit: 5000, PassBudget: 20 * time.Second}
 	if got != want {
 		t.Fatalf("Config{}.WithDefaults() = %+v, want %+v", got, want)
@@ -39,8 +40,8 @@ func TestNewAcceptsTheDefaultsAndKeep(t *testing.T) {
 	if _, err := New(nopDB{}, Config{}, Options{}); err != nil {
 		t.Errorf("defaults refused: %v", err)
 	}
-	if _, err := New(nopDB{}, Config{AckedAfter: Keep, DeadAfter: Keep, EventsAfter: Keep}, Options{}); err != nil {
-		t.Errorf("Keep refused: %v", err)
+	if _, err := New(nopDB{}, Config{AckedAfter: pass.Off, DeadAfter: pass.Off, EventsAfter: pass.Off}, Options{}); err != nil {
+		t.Errorf("pass.Off refused: %v", err)
 	}
 }
 
@@ -95,17 +96,17 @@ func TestDeliveriesArePrunedUnlessBothKept(t *testing.T) {
 	if !prunesDeliveries(Config{}.WithDefaults()) {
 		t.Error("the defaults prune no deliveries")
 	}
-	if !prunesDeliveries(Config{DeadAfter: Keep}.WithDefaults()) {
+	if !prunesDeliveries(Config{DeadAfter: pass.Off}.WithDefaults()) {
 		t.Error("dead kept: acked deliveries not pruned")
 	}
-	if prunesDeliveries(Config{AckedAfter: Keep, DeadAfter: Keep}.WithDefaults()) {
+	if prunesDeliveries(Config{AckedAfter: pass.Off, DeadAfter: pass.Off}.WithDefaults()) {
 		t.Error("both kept: deliveries still pruned")
 	}
 }
 
 func TestMetricsCarryThePassFigures(t *testing.T) {
 	t.Parallel()
-	r := &Result{DeletedDeliveries: 7, DeletedEvents: 3, Statements: 4, DurationMS: 12}
+	r := &Result{DeletedDeliveries: 7, DeletedEvents: 3, Summary: pass.Summary{Statements: 4, DurationMS: 12}}
 	got := map[string]float64{}
 	for _, m := range r.Metrics() {
 		got[m.Name] = m.Value
