@@ -27,11 +27,7 @@ type batchBench struct {
 }
 
 func newHandler(b *testing.B, pool pass.DB) *compensate.Service {
-	svc, err := compensate.New(pool, compensate.Config{}, compensate.Options{
-		SQS:     sqstest.Client(b),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard},
-	})
+	svc, err := compensate.New(pool, compensate.Config{}, compensate.Options{Options: pass.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}, SQS: sqstest.Client(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -98,11 +98,7 @@ func setup(t *testing.T, env map[string]string) *fixture {
 // service builds a handler over db with the fixture's configuration.
 func (f *fixture) service(db pass.DB) *compensate.Service {
 	f.t.Helper()
-	svc, err := compensate.New(db, f.cfg, compensate.Options{
-		SQS:     f.sqs,
-		Logger:  slog.New(slog.NewJSONHandler(f.logs, nil)),
-		Metrics: &metrics.Emitter{Function: "compensate", Out: f.metrics},
-	})
+	svc, err := compensate.New(db, f.cfg, compensate.Options{Options: pass.Options{Logger: slog.New(slog.NewJSONHandler(f.logs, nil)), Metrics: &metrics.Emitter{Function: "compensate", Out: f.metrics}}, SQS: f.sqs})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -103,6 +103,7 @@ func Variables() []Variable {
 		{"COMPENSATE_MAX_DEFERRALS", []string{"compensate"}},
 		{"COMPENSATE_RETRY_ATTEMPTS", []string{"compensate"}},
 		{"COMPENSATE_RETRY_INTERVAL", []string{"compensate"}},
+		{"COMPENSATE_PASS_BUDGET", []string{"compensate"}},
 		{"PRUNE_ACKED_AFTER", []string{"prune"}},
 		{"PRUNE_DEAD_AFTER", []string{"prune"}},
 		{"PRUNE_EVENTS_AFTER", []string{"prune"}},

@@ -125,8 +125,9 @@ func TestEveryVariable(t *testing.T) {
 		{"COMPENSATE_MAX_SEQUENCES", "500", func(l loaded) bool { return l.comp.MaxSequences == 500 }, []string{"0", "1000000"}},
 		{"COMPENSATE_DEFER", "5s", func(l loaded) bool { return l.comp.Defer == 5*time.Second }, []string{"1500ms", "13h", "-1s"}},
 		{"COMPENSATE_MAX_DEFERRALS", "7", func(l loaded) bool { return l.comp.MaxDeferrals == 7 }, []string{"0"}},
-		{"COMPENSATE_RETRY_ATTEMPTS", "0", func(l loaded) bool { return l.comp.RetryAttempts == compensatepkg.None }, []string{"-1", "101", "two"}},
+		{"COMPENSATE_RETRY_ATTEMPTS", "0", func(l loaded) bool { return l.comp.RetryAttempts == pass.Off }, []string{"-1", "101", "two"}},
 		{"COMPENSATE_RETRY_INTERVAL", "100ms", func(l loaded) bool { return l.comp.RetryInterval == 100*time.Millisecond }, []string{"-5ms", "fast"}},
+		{"COMPENSATE_PASS_BUDGET", "45s", func(l loaded) bool { return l.comp.PassBudget == 45*time.Second }, []string{"0s", "50ms", "16m"}},
 		{"PRUNE_ACKED_AFTER", "0", func(l loaded) bool { return l.pr.AckedAfter == pass.Off }, []string{"500ms", "a day"}},
 		{"PRUNE_DEAD_AFTER", "720h", func(l loaded) bool { return l.pr.DeadAfter == 720*time.Hour }, []string{"-1h", "week"}},
 		{"PRUNE_EVENTS_AFTER", "2160h", func(l loaded) bool { return l.pr.EventsAfter == 2160*time.Hour }, []string{"1ms", "90d"}},
@@ -189,6 +190,10 @@ func TestPassBudgetAboveLambdasLongestTimeoutNamesTheVariable(t *testing.T) {
 		"FILL_PASS_BUDGET":  func(env Lookup) error { _, err := Load[fillpkg.Config](env); return err },
 		"SWEEP_PASS_BUDGET": func(env Lookup) error { _, err := Load[sweeppkg.Config](env); return err },
 		"PRUNE_PASS_BUDGET": func(env Lookup) error { _, err := Load[prunepkg.Config](env); return err },
+		"COMPENSATE_PASS_BUDGET": func(env Lookup) error {
+			_, err := Load[compensatepkg.Config](env)
+			return err
+		},
 	}
 	for name, load := range loaders {
 		t.Run(name+"=720h", func(t *testing.T) {

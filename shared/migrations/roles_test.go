@@ -418,8 +418,7 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{SQS: sqstest.Client(t), Logger: quiet(),
-		Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}})
+	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}, SQS: sqstest.Client(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
