@@ -16,14 +16,15 @@ package migrateresource
 import (
 	"cmp"
 	"context"
-	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/aws/aws-lambda-go/cfn"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Config is the resource's configuration. A zero field means its default.
@@ -32,6 +33,9 @@ type Config struct {
 	// "outbox").
 	Schema string `env:"OUTBOX_SCHEMA"`
 }
+
+// Bounds are the Config's numeric fields: none.
+func (Config) Bounds() []pass.Bound { return nil }
 
 // WithDefaults fills in every zero field.
 func (c Config) WithDefaults() Config {
@@ -43,10 +47,7 @@ func (c Config) WithDefaults() Config {
 // field.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
-	v := setting.Checker{Pass: "migrate"}
-	_, err := store.ParseSchema(c.Schema)
-	v.Check(err == nil, "Schema", c.Schema, "must be a plain lower-case identifier, not pg_*")
-	return v.Err()
+	return pass.Validate("migrate", c, c.Schema, nil)
 }
 
 // DB is what the migrations run on: a pool that hands out the one
@@ -60,8 +61,10 @@ type DB interface {
 // only, and the DB it returns is closed when the request is answered.
 type Opener func(ctx context.Context) (DB, error)
 
-// Options are the injectable parts of a Service.
+// Options are the injectable parts of a Service: the clock and the logger
+// (the resource emits no metrics).
 type Options struct {
+	pass.Options
 	// Misconfigured is the error loading the function's configuration
 	// failed with, if it did. The function does not fail its init for it,
 	// as the other functions do: CloudFormation would then get no answer
@@ -72,17 +75,14 @@ type Options struct {
 	// HTTP sends the response. Default: a client with a 10 s timeout per
 	// attempt.
 	HTTP *http.Client
-	// Logger receives one line per request. Default slog.Default().
-	Logger *slog.Logger
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
 }
 
 // Service answers the custom resource's requests.
 type Service struct {
-	open Opener
-	cfg  Config
-	opts Options
+	open   Opener
+	cfg    Config
+	opts   Options
+	handle *pass.Handler[cfn.Event, *Result, struct{}]
 }
 
 // New applies the defaults and validates cfg.
@@ -94,9 +94,13 @@ func New(open Opener, cfg Config, opts Options) (*Service, error) {
 		return nil, err
 	}
 	opts.HTTP = cmp.Or(opts.HTTP, &http.Client{Timeout: 10 * time.Second})
-	opts.Logger = cmp.Or(opts.Logger, slog.Default())
-	if opts.Now == nil {
-		opts.Now = time.Now
+	opts.Options = opts.Options.WithDefaults("migrate")
+	opts.Metrics = nil
+	s := &Service{open: open, cfg: cfg.WithDefaults(), opts: opts}
+	s.handle = &pass.Handler[cfn.Event, *Result, struct{}]{
+		Name: "migrate", Run: s.RunOnce, Options: &s.opts.Options,
+		Message: func(r *Result) string { return "migrate " + r.RequestType },
+		Respond: func(_ *Result, err error) (struct{}, error) { return struct{}{}, err },
 	}
-	return &Service{open: open, cfg: cfg.WithDefaults(), opts: opts}, nil
+	return s, nil
 }
