@@ -628,6 +628,7 @@ func allChecks(tpl *template, makefile string, c code) []string {
 	p = append(p, checkEnvironment(tpl)...)
 	p = append(p, checkMigrations(tpl)...)
 	p = append(p, checkRoles(tpl)...)
+	p = append(p, checkBounds(tpl)...)
 	return p
 }
 
@@ -664,6 +665,7 @@ func TestTemplatePassesEveryCheck(t *testing.T) {
 		"patterns":         checkParameterPatterns(tpl),
 		"migrations":       checkMigrations(tpl),
 		"roles":            checkRoles(tpl),
+		"bounds":           checkBounds(tpl),
 	} {
 		for _, p := range problems {
 			t.Errorf("%s: %s", name, p)
@@ -778,6 +780,19 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{name: "the operator policy allows more", old: "              - sqs:SendMessage\n              - sqs:GetQueueAttributes\n            Resource: !GetAtt RollbackReportQueue.Arn",
 			new:  "              - sqs:SendMessage\n              - sqs:PurgeQueue\n              - sqs:GetQueueAttributes\n            Resource: !GetAtt RollbackReportQueue.Arn",
 			want: "OperatorPolicy: allows sqs:PurgeQueue, which the CLI never calls"},
+		{name: "a budget's range the code does not have", old: "SWEEP_PASS_BUDGET - time one pass may take (a Go duration, 100ms to 15m)",
+			new:  "SWEEP_PASS_BUDGET - time one pass may take (a Go duration, 1s to 15m)",
+			want: `SweepPassBudget (SWEEP_PASS_BUDGET): the description "SWEEP_PASS_BUDGET - time one pass may take (a Go duration, 1s to 15m)." does not state the code's range "(a Go duration, 100ms to 15m"`},
+		{name: "a maximum the code does not have", old: "    MaxValue: 1000\n    Description: COMPENSATE_MAX_DEFERRALS", new: "    MaxValue: 999\n    Description: COMPENSATE_MAX_DEFERRALS",
+			want: "CompensateMaxDeferrals (COMPENSATE_MAX_DEFERRALS): MaxValue 999, the code's most is 1000"},
+		{name: "a minimum the code does not have", old: "    MinValue: 0\n    MaxValue: 1000000\n", new: "    MinValue: 1\n    MaxValue: 1000000\n",
+			want: "SweepMaxRedeliveries (SWEEP_MAX_REDELIVERIES): MinValue 1, the code's least is 0"},
+		{name: "an off the code does not have", old: "(a Go duration, at least 1s).", new: "(a Go duration, at least 1s; 0s - never).",
+			want: `SweepStuckAfter (SWEEP_STUCK_AFTER): the description says what 0 means: true; in the code 0 is ""`},
+		{name: "a bounded variable set by hand", old: "COMPENSATE_PASS_BUDGET: !Ref CompensatePassBudget", new: "COMPENSATE_PASS_BUDGET: 30s",
+			want: "CompensateFunction: COMPENSATE_PASS_BUDGET is not set from a parameter"},
+		{name: "a schema pattern longer than the check", old: `AllowedPattern: "^[a-z_][a-z0-9_]{0,51}$"`, new: `AllowedPattern: "^[a-z_][a-z0-9_]{0,62}$"`,
+			want: `OutboxSchema: AllowedPattern takes "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa": true, the schema check: false`},
 		{name: "pattern refuses a valid duration", old: `AllowedPattern: "^([0-9]+(s|m|h))+$"`, new: `AllowedPattern: "^[0-9]+(s|m|h)$"`,
 			want: `CompensateDefer: AllowedPattern refuses "1m30s"`},
 	}

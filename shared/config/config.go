@@ -1,9 +1,9 @@
 // Package config reads the outboxkeeper environment once, at init, into the
-// configs the passes own (fill.Config, sweep.Config, compensate.Config, prune.Config,
-// with Load) and the database login (LoadDatabase). It only parses: each pass's Config.Validate decides
-// what is acceptable, and this package returns its complaint naming the
-// variable and the value, so a bad deployment fails before the first
-// invocation saying what to fix.
+// configs the passes own (fill.Config, sweep.Config, compensate.Config,
+// prune.Config, with Load) and the database login (LoadDatabase). It
+// only parses: each pass's Config.Validate decides what is acceptable, and
+// this package returns its complaint naming the variable and the value, so
+// a bad deployment fails before the first invocation saying what to fix.
 package config
 
 import (
