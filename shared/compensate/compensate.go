@@ -71,13 +71,13 @@ type Config struct {
 
 // bounds is every numeric field's default and accepted values, once.
 var bounds = []pass.Bound{
-	pass.Int("MaxSequences", "COMPENSATE_MAX_SEQUENCES", DefaultMaxSequences, 1, 100_000),
+	pass.Int("MaxSequences", "COMPENSATE_MAX_SEQUENCES", DefaultMaxSequences, pass.Ints(1, 100_000)),
 	// SQS caps a visibility timeout at 12 hours and counts whole seconds.
-	pass.Dur("Defer", "COMPENSATE_DEFER", DefaultDefer, time.Second, 12*time.Hour).
+	pass.Dur("Defer", "COMPENSATE_DEFER", DefaultDefer, pass.Durations(time.Second, 12*time.Hour)).
 		InWhole(time.Second).Because("SQS visibility timeouts").OrOff("none"),
-	pass.Int("MaxDeferrals", "COMPENSATE_MAX_DEFERRALS", DefaultMaxDeferrals, 1, 1000),
-	pass.Int("RetryAttempts", "COMPENSATE_RETRY_ATTEMPTS", DefaultRetryAttempts, 1, 100).OrOff("none"),
-	pass.Dur("RetryInterval", "COMPENSATE_RETRY_INTERVAL", DefaultRetryInterval, 0, 0).OrOff("at once"),
+	pass.Int("MaxDeferrals", "COMPENSATE_MAX_DEFERRALS", DefaultMaxDeferrals, pass.Ints(1, 1000)),
+	pass.Int("RetryAttempts", "COMPENSATE_RETRY_ATTEMPTS", DefaultRetryAttempts, pass.Ints(1, 100)).OrOff("none"),
+	pass.Dur("RetryInterval", "COMPENSATE_RETRY_INTERVAL", DefaultRetryInterval, pass.AtLeast(0)).OrOff("at once"),
 	pass.PassBudget("COMPENSATE_PASS_BUDGET", DefaultPassBudget),
 }
 

@@ -35,7 +35,7 @@ func TestPassOverPrefixOnlyALongProvenPrefixOfTheOutbox(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if w := passOverPrefix(c.w, c.first, c.top, c.historical, c.page); w != c.wantW {
+			if w := passOverPrefix(prefix{W: c.w, First: c.first, Top: c.top, Historical: c.historical, PageSize: c.page}); w != c.wantW {
 				t.Errorf("passOverPrefix(%d, %d, %d, %v, %d) = %d, want %d", c.w, c.first, c.top, c.historical, c.page, w, c.wantW)
 			}
 		})

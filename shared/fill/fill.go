@@ -69,11 +69,11 @@ type Config struct {
 
 // bounds is every numeric field's default and accepted values, once.
 var bounds = []pass.Bound{
-	pass.Dur("Grace", "FILL_GRACE", DefaultGrace, 0, 0).OrOff("no grace"),
-	pass.Int("BatchLimit", "FILL_BATCH_LIMIT", DefaultBatchLimit, 1, 100_000),
-	pass.Int("PageSize", "FILL_PAGE_SIZE", DefaultPageSize, 1, 100_000),
+	pass.Dur("Grace", "FILL_GRACE", DefaultGrace, pass.AtLeast(0)).OrOff("no grace"),
+	pass.Int("BatchLimit", "FILL_BATCH_LIMIT", DefaultBatchLimit, pass.Ints(1, 100_000)),
+	pass.Int("PageSize", "FILL_PAGE_SIZE", DefaultPageSize, pass.Ints(1, 100_000)),
 	pass.PassBudget("FILL_PASS_BUDGET", DefaultPassBudget),
-	pass.Dur("Tick", "FILL_TICK", DefaultTick, 10*time.Millisecond, time.Minute),
+	pass.Dur("Tick", "FILL_TICK", DefaultTick, pass.Durations(10*time.Millisecond, time.Minute)),
 }
 
 // Bounds are the Config's numeric fields' defaults and accepted values.

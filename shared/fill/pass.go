@@ -74,7 +74,7 @@ func (p *invocation) attempt(ctx context.Context) error {
 // acquire takes the lease, or (a watching pass) waits to be handed it
 // while its budget lasts. Either way it loads the state.
 func (p *invocation) acquire(ctx context.Context) error {
-	err := p.hold.Acquire(ctx, !p.s.cfg.Bounded, p.s.state.load, nil, loadInto(&p.st))
+	err := p.hold.Acquire(ctx, pass.AcquireParams{Watch: !p.s.cfg.Bounded, Ride: p.s.state.load, Read: loadInto(&p.st)})
 	p.res.LeaseWaitMS = p.hold.WaitMS
 	switch {
 	case p.hold.Held:
@@ -335,7 +335,7 @@ func (p *invocation) fillCycle(ctx context.Context) (bool, error) {
 			if len(page) > 0 {
 				first = page[0]
 			}
-			if to := passOverPrefix(g.pos, first, g.top, c.Historical, p.s.cfg.PageSize); to > g.pos {
+			if to := passOverPrefix(prefix{W: g.pos, First: first, Top: g.top, Historical: c.Historical, PageSize: p.s.cfg.PageSize}); to > g.pos {
 				g.skipTo(to)
 				p.setWatermark(g.pos)
 				p.res.PassedOver += g.pos

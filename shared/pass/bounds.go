@@ -40,20 +40,33 @@ type Bound struct {
 	Duration bool
 }
 
+// Range is a field's accepted values, inclusive; Max 0 means no upper
+// bound.
+type Range struct{ Min, Max int64 }
+
+// Ints is lo to hi.
+func Ints(lo, hi int) Range { return Range{int64(lo), int64(hi)} }
+
+// Durations is lo to hi.
+func Durations(lo, hi time.Duration) Range { return Range{int64(lo), int64(hi)} }
+
+// AtLeast is lo and above.
+func AtLeast(lo time.Duration) Range { return Range{Min: int64(lo)} }
+
 // Int bounds an int field.
-func Int(field, variable string, def, lo, hi int) Bound {
-	return Bound{Field: field, Variable: variable, Default: int64(def), Min: int64(lo), Max: int64(hi)}
+func Int(field, variable string, def int, r Range) Bound {
+	return Bound{Field: field, Variable: variable, Default: int64(def), Min: r.Min, Max: r.Max}
 }
 
 // Dur bounds a time.Duration field.
-func Dur(field, variable string, def, lo, hi time.Duration) Bound {
-	return Bound{Field: field, Variable: variable, Default: int64(def), Min: int64(lo), Max: int64(hi), Duration: true}
+func Dur(field, variable string, def time.Duration, r Range) Bound {
+	return Bound{Field: field, Variable: variable, Default: int64(def), Min: r.Min, Max: r.Max, Duration: true}
 }
 
 // PassBudget bounds a pass's PassBudget field: MinPassBudget to
 // MaxPassBudget.
 func PassBudget(variable string, def time.Duration) Bound {
-	return Dur("PassBudget", variable, def, MinPassBudget, MaxPassBudget).Because("Lambda's longest timeout")
+	return Dur("PassBudget", variable, def, Durations(MinPassBudget, MaxPassBudget)).Because("Lambda's longest timeout")
 }
 
 // OrOff accepts Off too, meaning means.

@@ -240,22 +240,35 @@ func (h *Holding) step(ev LeaseStep) {
 	}
 }
 
-// Acquire takes the lease, or (watch) registers as successor and waits to
-// be handed it while the budget lasts. Each attempt runs ride (args are
-// its own arguments) and hands its row to read: a pass loads its state in
-// the same statement, whether it took the lease or not.
-func (h *Holding) Acquire(ctx context.Context, watch bool, ride Ride, args pgx.NamedArgs, read Reader) error {
-	read = orScan(read)
+// AcquireParams say how Acquire takes the lease.
+type AcquireParams struct {
+	// Watch: a pass that finds the lease held registers as successor and
+	// waits to be handed it; otherwise it returns at once.
+	Watch bool
+	// Ride is a StepAcquire with the pass's state read riding on it, Args
+	// its own arguments, Read the reader of its row (nil: the lease's
+	// columns only).
+	Ride Ride
+	Args pgx.NamedArgs
+	Read Reader
+}
+
+// Acquire takes the lease, or (p.Watch) registers as successor and waits
+// to be handed it while the budget lasts. Each attempt runs p.Ride and
+// hands its row to p.Read: a pass loads its state in the same statement,
+// whether it took the lease or not.
+func (h *Holding) Acquire(ctx context.Context, p AcquireParams) error {
+	read := orScan(p.Read)
 	since, waited := h.run.kit.Now(), h.WaitMS
-	a := h.args(args)
-	a["wait"], a["successor_ms"] = watch, SuccessorTTL.Milliseconds()
+	a := h.args(p.Args)
+	a["wait"], a["successor_ms"] = p.Watch, SuccessorTTL.Milliseconds()
 	for polls := 0; ; polls++ {
 		if polls > 0 {
 			h.WaitMS = waited + h.run.kit.Now().Sub(since).Milliseconds()
 			h.step(LeasePolling)
 		}
 		var took, handed bool
-		err := read(h.run.Q.QueryRow(ctx, ride.sql, a), &took, &handed)
+		err := read(h.run.Q.QueryRow(ctx, p.Ride.sql, a), &took, &handed)
 		if h.unknown = outcomeUnknown(err); err != nil {
 			return fmt.Errorf("take the lease: %w", err)
 		}
@@ -264,11 +277,11 @@ func (h *Holding) Acquire(ctx context.Context, watch bool, ride Ride, args pgx.N
 			h.step(LeaseTaken)
 			return nil
 		}
-		if watch {
+		if p.Watch {
 			h.step(LeaseRegistered)
 		}
 		h.Waiting = true
-		if !watch || !h.run.Pause(ctx, LeasePoll) {
+		if !p.Watch || !h.run.Pause(ctx, LeasePoll) {
 			// One working pass per name; a pass that does not watch
 			// returns at once.
 			return nil

@@ -26,7 +26,7 @@ func TestLeasesByNameAreIndependent(t *testing.T) {
 	take := func(l *pass.Lease) *pass.Holding {
 		t.Helper()
 		h := l.Hold(kit.Begin(ctx))
-		if err := h.Acquire(ctx, false, l.Ride(pass.StepAcquire, ""), nil, nil); err != nil {
+		if err := h.Acquire(ctx, pass.AcquireParams{Ride: l.Ride(pass.StepAcquire, "")}); err != nil {
 			t.Fatal(err)
 		}
 		return h

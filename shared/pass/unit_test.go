@@ -87,8 +87,8 @@ func TestBoundsDefaultAndRefuseByName(t *testing.T) {
 		Tick  time.Duration
 	}
 	bounds := []Bound{
-		Int("Limit", "LIMIT", 10, 1, 100),
-		Dur("Wait", "WAIT", 2*time.Second, time.Second, 12*time.Hour).InWhole(time.Second).OrOff("none"),
+		Int("Limit", "LIMIT", 10, Ints(1, 100)),
+		Dur("Wait", "WAIT", 2*time.Second, Durations(time.Second, 12*time.Hour)).InWhole(time.Second).OrOff("none"),
 		PassBudget("TICK", 20*time.Second),
 	}
 	bounds[2].Field = "Tick"
@@ -135,9 +135,9 @@ func TestBoundReasonStatesTheRange(t *testing.T) {
 		want string
 	}{
 		{PassBudget("X", time.Second), "must be 100ms to 15m (Lambda's longest timeout)"},
-		{Dur("StuckAfter", "X", time.Minute, time.Second, 0), "must be at least 1s"},
-		{Int("N", "X", 10, 1, 1_000_000).OrOff("never dead"), "must be 1 to 1000000, or 0 for never dead"},
-		{Dur("Defer", "X", time.Second, time.Second, 12*time.Hour).InWhole(time.Second).Because("SQS"), "must be whole seconds, 1s to 12h (SQS)"},
+		{Dur("StuckAfter", "X", time.Minute, AtLeast(time.Second)), "must be at least 1s"},
+		{Int("N", "X", 10, Ints(1, 1_000_000)).OrOff("never dead"), "must be 1 to 1000000, or 0 for never dead"},
+		{Dur("Defer", "X", time.Second, Durations(time.Second, 12*time.Hour)).InWhole(time.Second).Because("SQS"), "must be whole seconds, 1s to 12h (SQS)"},
 	}
 	for _, c := range cases {
 		t.Run(c.want, func(t *testing.T) {

@@ -61,10 +61,10 @@ type Config struct {
 
 // bounds is every numeric field's default and accepted values, once.
 var bounds = []pass.Bound{
-	pass.Dur("AckedAfter", "PRUNE_ACKED_AFTER", DefaultAckedAfter, time.Second, 0).OrOff("keeping acked deliveries"),
-	pass.Dur("DeadAfter", "PRUNE_DEAD_AFTER", DefaultDeadAfter, time.Second, 0).OrOff("keeping dead deliveries"),
-	pass.Dur("EventsAfter", "PRUNE_EVENTS_AFTER", pass.Off, time.Second, 0).OrOff("keeping events"),
-	pass.Int("BatchLimit", "PRUNE_BATCH_LIMIT", DefaultBatchLimit, 1, 100_000),
+	pass.Dur("AckedAfter", "PRUNE_ACKED_AFTER", DefaultAckedAfter, pass.AtLeast(time.Second)).OrOff("keeping acked deliveries"),
+	pass.Dur("DeadAfter", "PRUNE_DEAD_AFTER", DefaultDeadAfter, pass.AtLeast(time.Second)).OrOff("keeping dead deliveries"),
+	pass.Dur("EventsAfter", "PRUNE_EVENTS_AFTER", pass.Off, pass.AtLeast(time.Second)).OrOff("keeping events"),
+	pass.Int("BatchLimit", "PRUNE_BATCH_LIMIT", DefaultBatchLimit, pass.Ints(1, 100_000)),
 	pass.PassBudget("PRUNE_PASS_BUDGET", DefaultPassBudget),
 }
 

@@ -59,9 +59,9 @@ type Config struct {
 
 // bounds is every numeric field's default and accepted values, once.
 var bounds = []pass.Bound{
-	pass.Dur("StuckAfter", "SWEEP_STUCK_AFTER", DefaultStuckAfter, time.Second, 0),
-	pass.Int("BatchLimit", "SWEEP_BATCH_LIMIT", DefaultBatchLimit, 1, 100_000),
-	pass.Int("MaxRedeliveries", "SWEEP_MAX_REDELIVERIES", DefaultMaxRedeliveries, 1, 1_000_000).OrOff("never dead"),
+	pass.Dur("StuckAfter", "SWEEP_STUCK_AFTER", DefaultStuckAfter, pass.AtLeast(time.Second)),
+	pass.Int("BatchLimit", "SWEEP_BATCH_LIMIT", DefaultBatchLimit, pass.Ints(1, 100_000)),
+	pass.Int("MaxRedeliveries", "SWEEP_MAX_REDELIVERIES", DefaultMaxRedeliveries, pass.Ints(1, 1_000_000)).OrOff("never dead"),
 	pass.PassBudget("SWEEP_PASS_BUDGET", DefaultPassBudget),
 }
 
