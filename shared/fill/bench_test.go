@@ -36,9 +36,9 @@ func templateConfig(bounded bool) Config {
 func burst(b *testing.B, db *testdb.DB, n, k int64) (first, top int64) {
 	first = head(b, db) + 1
 	top = first + n - 1
-	exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
+	testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
 		SELECT g, 't', '{}' FROM generate_series($1::bigint, $2::bigint) g WHERE (g - $1) % $3 <> $3 - 1`, first, top, k)
-	exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, top)
+	testdb.Exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, top)
 	return first, top
 }
 
@@ -47,7 +47,7 @@ func burst(b *testing.B, db *testdb.DB, n, k int64) (first, top int64) {
 // (every k-th of first..top), timed.
 func bareInsert(b *testing.B, db *testdb.DB, first, top, k int64) time.Duration {
 	return benchkit.Timed(func() {
-		exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by)
+		testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by)
 			SELECT g, 'fill' FROM generate_series($1::bigint, $2::bigint) g WHERE (g - $1) % $3 = $3 - 1`, first, top, k)
 	})
 }
@@ -86,7 +86,7 @@ func BenchmarkFillBurst(b *testing.B) {
 				first, top := burst(b, db, n, 1)
 				return benchkit.Timed(func() {
 					for s := first; s <= top; s++ {
-						exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'fill') ON CONFLICT (sequence) DO NOTHING`, s)
+						testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'fill') ON CONFLICT (sequence) DO NOTHING`, s)
 					}
 				})
 			}},
@@ -267,10 +267,10 @@ func BenchmarkFillWatching(b *testing.B) {
 	dbs := map[int64]*testdb.DB{}
 	for _, n := range sizes {
 		db := testdb.New(b)
-		exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
+		testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
 			SELECT g, 't', '{}' FROM generate_series(1, $1::bigint) g`, n)
-		exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, n)
-		exec(b, db.Pool, `VACUUM ANALYZE outbox.events`)
+		testdb.Exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, n)
+		testdb.Exec(b, db.Pool, `VACUUM ANALYZE outbox.events`)
 		catchUp := templateConfig(true)
 		catchUp.PageSize = 100_000
 		if res := runPass(b, newService(b, db.Pool, catchUp, Options{})); res.Watermark != n {

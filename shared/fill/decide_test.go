@@ -1,6 +1,7 @@
 package fill
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -56,13 +57,15 @@ func TestAdvanceStopsBelowTheFirstMissingSequence(t *testing.T) {
 		{10, []int64{12}, 10, []int64{12}},
 	}
 	for _, c := range cases {
-		w, rest := advance(c.w, c.page)
-		if w != c.wantW {
-			t.Errorf("advance(%d, %v): watermark = %d, want %d", c.w, c.page, w, c.wantW)
-		}
-		if !slices.Equal(rest, c.rest) {
-			t.Errorf("advance(%d, %v): rest = %v, want %v", c.w, c.page, rest, c.rest)
-		}
+		t.Run(fmt.Sprintf("%d then %v", c.w, c.page), func(t *testing.T) {
+			w, rest := advance(c.w, c.page)
+			if w != c.wantW {
+				t.Errorf("advance(%d, %v): watermark = %d, want %d", c.w, c.page, w, c.wantW)
+			}
+			if !slices.Equal(rest, c.rest) {
+				t.Errorf("advance(%d, %v): rest = %v, want %v", c.w, c.page, rest, c.rest)
+			}
+		})
 	}
 }
 

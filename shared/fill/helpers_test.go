@@ -71,13 +71,6 @@ func runPass(t testing.TB, s *Service) *Result {
 	return res
 }
 
-func exec(t testing.TB, q store.Querier, sql string, args ...any) {
-	t.Helper()
-	if _, err := q.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 // commit publishes n events in one committed transaction and returns the
 // last sequence.
 func commit(t testing.TB, db *testdb.DB, n int) int64 {
@@ -468,3 +461,5 @@ func leaseOwner(t testing.TB, db *testdb.DB) *string {
 	}
 	return owner
 }
+
+var _ store.Querier = (*recorder)(nil)

@@ -199,7 +199,7 @@ func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
 	started(t, db)
 	gapSeq, _ := burn(t, db, 1)
 	top := commit(t, db, 1)
-	exec(t, db.Pool, `UPDATE outbox.fill_state SET cycle_from = 1, cycle_first_seen_at = now() - interval '1 hour',
+	testdb.Exec(t, db.Pool, `UPDATE outbox.fill_state SET cycle_from = 1, cycle_first_seen_at = now() - interval '1 hour',
 		cycle_marker = (pg_snapshot_xmax(pg_current_snapshot())::text::bigint + 1000000000)::text::xid8,
 		cycle_marker_head = $1`, top)
 

@@ -135,7 +135,7 @@ func BenchmarkPrune(b *testing.B) {
 				took := benchkit.Timed(func() {
 					for _, sql := range bareDeletes {
 						var tag pgconn.CommandTag
-						slowest = max(slowest, benchkit.Timed(func() { tag = exec(b, db.Pool, sql) }))
+						slowest = max(slowest, benchkit.Timed(func() { tag = testdb.Exec(b, db.Pool, sql) }))
 						deleted += tag.RowsAffected()
 					}
 				})

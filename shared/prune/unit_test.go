@@ -1,29 +1,15 @@
 package prune
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
-
-// nopDB satisfies pass.DB for construction-only tests; it is never
-// queried.
-type nopDB struct{}
-
-func (nopDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	panic("not queried")
-}
-func (nopDB) Query(context.Context, string, ...any) (pgx.Rows, error) { panic("not queried") }
-func (nopDB) QueryRow(context.Context, string, ...any) pgx.Row        { panic("not queried") }
-func (nopDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults  { panic("not queried") }
 
 func TestZeroConfigIsTheDefaults(t *testing.T) {
 	t.Parallel()
@@ -37,10 +23,10 @@ func TestZeroConfigIsTheDefaults(t *testing.T) {
 
 func TestNewAcceptsTheDefaultsAndKeep(t *testing.T) {
 	t.Parallel()
-	if _, err := New(nopDB{}, Config{}, Options{}); err != nil {
+	if _, err := New(testdb.NopDB{}, Config{}, Options{}); err != nil {
 		t.Errorf("defaults refused: %v", err)
 	}
-	if _, err := New(nopDB{}, Config{AckedAfter: pass.Off, DeadAfter: pass.Off, EventsAfter: pass.Off}, Options{}); err != nil {
+	if _, err := New(testdb.NopDB{}, Config{AckedAfter: pass.Off, DeadAfter: pass.Off, EventsAfter: pass.Off}, Options{}); err != nil {
 		t.Errorf("pass.Off refused: %v", err)
 	}
 }
@@ -56,15 +42,16 @@ func TestNewRefusesEachBadSettingByName(t *testing.T) {
 		"Schema":      {Schema: "Robert'); DROP"},
 	}
 	for field, c := range bad {
-		_, err := New(nopDB{}, c, Options{})
-		var se *setting.Error
-		if !errors.As(err, &se) {
-			t.Errorf("%s: err = %v, want a *setting.Error", field, err)
-			continue
-		}
-		if se.Field != field {
-			t.Errorf("%s: the error names %s", field, se.Field)
-		}
+		t.Run(field, func(t *testing.T) {
+			_, err := New(testdb.NopDB{}, c, Options{})
+			var se *setting.Error
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v, want a *setting.Error", err)
+			}
+			if se.Field != field {
+				t.Errorf("the error names %s", se.Field)
+			}
+		})
 	}
 	if _, err := New(nil, Config{}, Options{}); err == nil {
 		t.Error("nil database accepted")
