@@ -12,8 +12,6 @@
 package compensate
 
 import (
-	"cmp"
-	"context"
 	"strings"
 	"time"
 
@@ -81,21 +79,16 @@ var bounds = []pass.Bound{
 	pass.PassBudget("COMPENSATE_PASS_BUDGET", DefaultPassBudget),
 }
 
-// Bounds are the Config's numeric fields' defaults and accepted values.
-func (Config) Bounds() []pass.Bound { return bounds }
+// Bounds and WithDefaults are the Config's one table of defaults and
+// accepted values, applied by the kit: a zero field means its default.
+func (Config) Bounds() []pass.Bound   { return bounds }
+func (c Config) WithDefaults() Config { return pass.WithDefaults(c, bounds) }
 
-// WithDefaults fills in every zero field.
-func (c Config) WithDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
-	return pass.WithDefaults(c, bounds)
-}
-
-// Validate is the one check of a Config, on its defaults; its errors (a
-// *setting.Error) name the field, which shared/config turns into the
-// variable's name.
+// Validate is the one check of a Config, on its defaults: the bounds, then
+// the DLQ's URL. Its error (a *setting.Error) names the field, which
+// shared/config turns into the variable's name.
 func (c Config) Validate() error {
-	c = c.WithDefaults()
-	if err := pass.Validate("compensate", c, c.Schema, bounds); err != nil {
+	if err := pass.Validate("compensate", c, bounds); err != nil {
 		return err
 	}
 	v := setting.Checker{Pass: "compensate"}
@@ -118,13 +111,18 @@ type Options struct {
 
 // Service handles batches of rollback reports. Safe for concurrent use.
 type Service struct {
+	// Handler's Handle is the Lambda handler: one batch, one JSON log
+	// line, one EMF line, and the partial batch response. It never
+	// returns an error: an error would fail the whole batch, and failures
+	// are reported per message. The context carries the Lambda request,
+	// which the logger turns into the line's requestId.
+	*pass.Handler[events.SQSEvent, *Result, events.SQSEventResponse]
 	kit      *pass.Kit
 	cfg      Config
 	sqs      SQS
 	events   *store.Events
 	queues   *queueURLs
 	checkSQL string
-	handle   *pass.Handler[events.SQSEvent, *Result, events.SQSEventResponse]
 }
 
 // New applies the defaults, validates cfg and builds a Service. db runs the
@@ -150,19 +148,8 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		queues:   &queueURLs{client: opts.SQS},
 		checkSQL: checkFile.Statement("check", cfg.Schema),
 	}
-	s.handle = &pass.Handler[events.SQSEvent, *Result, events.SQSEventResponse]{
-		Name: "compensate", Run: s.RunOnce, Options: &kit.Options,
-		Message: func(*Result) string { return "compensate batch" },
-		// Never an error: an error would fail the whole batch, and
-		// failures are reported per message.
-		Respond: func(r *Result, _ error) (events.SQSEventResponse, error) { return r.Response(), nil },
-	}
+	s.Handler = pass.NewHandler("compensate", &kit.Options, s.RunOnce,
+		func(r *Result, _ error) (events.SQSEventResponse, error) { return r.Response(), nil }).
+		WithMessage(func(*Result) string { return "compensate batch" })
 	return s, nil
-}
-
-// Handle is the Lambda handler: one batch, one JSON log line, one EMF
-// line, and the partial batch response. The context carries the Lambda
-// request, which the logger turns into the line's requestId.
-func (s *Service) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	return s.handle.Handle(ctx, ev)
 }

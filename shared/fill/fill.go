@@ -16,8 +16,6 @@
 package fill
 
 import (
-	"cmp"
-	"context"
 	"encoding/json"
 	"time"
 
@@ -76,22 +74,13 @@ var bounds = []pass.Bound{
 	pass.Dur("Tick", "FILL_TICK", DefaultTick, pass.Durations(10*time.Millisecond, time.Minute)),
 }
 
-// Bounds are the Config's numeric fields' defaults and accepted values.
-func (Config) Bounds() []pass.Bound { return bounds }
-
-// WithDefaults fills in every zero field.
-func (c Config) WithDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
-	return pass.WithDefaults(c, bounds)
-}
-
-// Validate is the one check of a Config, on its defaults; its errors (a
-// *setting.Error) name the field, which shared/config turns into the
-// variable's name.
-func (c Config) Validate() error {
-	c = c.WithDefaults()
-	return pass.Validate("fill", c, c.Schema, bounds)
-}
+// Bounds, WithDefaults and Validate are the Config's one table of
+// defaults and accepted values, applied by the kit: a zero field means its
+// default, and Validate's error (a *setting.Error) names the field, which
+// shared/config turns into the variable's name.
+func (Config) Bounds() []pass.Bound   { return bounds }
+func (c Config) WithDefaults() Config { return pass.WithDefaults(c, bounds) }
+func (c Config) Validate() error      { return pass.Validate("fill", c, bounds) }
 
 // Options are the injectable parts of a Service.
 type Options struct {
@@ -103,6 +92,12 @@ type Options struct {
 
 // Service runs fill passes against one outbox schema.
 type Service struct {
+	// Handler's Handle is the Lambda handler: one pass, one JSON log line,
+	// one EMF line, and the Result as the response; the input (a Scheduler
+	// Input, a scheduled-event envelope, `{}`) says nothing the pass
+	// needs. A database that failed for the whole budget is an error, so
+	// Lambda counts it; waiting, and a statement the budget ended, are not.
+	*pass.Handler[json.RawMessage, *Result, *Result]
 	kit    *pass.Kit
 	cfg    Config
 	events *store.Events
@@ -110,7 +105,6 @@ type Service struct {
 	state  stateSQL
 	proof  proofSQL
 	skips  *store.Skips
-	handle *pass.Handler[json.RawMessage, *Result, *Result]
 
 	// afterHeadRead runs between the head read and the marker assignment
 	// (§3.2); beforeInsert between a cycle's page read and its insert.
@@ -144,16 +138,6 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		proof:  newProofSQL(),
 		skips:  store.NewSkips(schema),
 	}
-	s.handle = &pass.Handler[json.RawMessage, *Result, *Result]{Name: "fill", Run: s.RunOnce, Respond: pass.Response[*Result], Options: &kit.Options}
+	s.Handler = pass.Scheduled("fill", &kit.Options, s.RunOnce)
 	return s, nil
-}
-
-// Handle is the Lambda handler: the input (an EventBridge Scheduler Input,
-// a scheduled-event envelope, `{}`) says nothing the pass needs. It runs
-// one pass, writes one JSON log line and one EMF line, and returns the
-// Result as the response. A database that failed for the whole budget is
-// returned as an error, so Lambda counts it (the Errors metric); waiting,
-// and a statement the budget ended, are not errors.
-func (s *Service) Handle(ctx context.Context, in json.RawMessage) (*Result, error) {
-	return s.handle.Handle(ctx, in)
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
@@ -34,21 +33,12 @@ type Config struct {
 	Schema string `env:"OUTBOX_SCHEMA"`
 }
 
-// Bounds are the Config's numeric fields: none.
-func (Config) Bounds() []pass.Bound { return nil }
-
-// WithDefaults fills in every zero field.
-func (c Config) WithDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
-	return c
-}
-
-// Validate is the one check of a Config; its *setting.Error names the
-// field.
-func (c Config) Validate() error {
-	c = c.WithDefaults()
-	return pass.Validate("migrate", c, c.Schema, nil)
-}
+// Bounds, WithDefaults and Validate are the kit's rules for a Config
+// without numeric fields: the schema's default and its check, whose
+// *setting.Error names the field.
+func (Config) Bounds() []pass.Bound   { return nil }
+func (c Config) WithDefaults() Config { return pass.WithDefaults(c, nil) }
+func (c Config) Validate() error      { return pass.Validate("migrate", c, nil) }
 
 // DB is what the migrations run on: a pool that hands out the one
 // connection their transaction needs.
@@ -97,10 +87,8 @@ func New(open Opener, cfg Config, opts Options) (*Service, error) {
 	opts.Options = opts.Options.WithDefaults("migrate")
 	opts.Metrics = nil
 	s := &Service{open: open, cfg: cfg.WithDefaults(), opts: opts}
-	s.handle = &pass.Handler[cfn.Event, *Result, struct{}]{
-		Name: "migrate", Run: s.RunOnce, Options: &s.opts.Options,
-		Message: func(r *Result) string { return "migrate " + r.RequestType },
-		Respond: func(_ *Result, err error) (struct{}, error) { return struct{}{}, err },
-	}
+	s.handle = pass.NewHandler("migrate", &s.opts.Options, s.RunOnce,
+		func(_ *Result, err error) (struct{}, error) { return struct{}{}, err }).
+		WithMessage(func(r *Result) string { return "migrate " + r.RequestType })
 	return s, nil
 }

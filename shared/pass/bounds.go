@@ -127,9 +127,12 @@ func (b Bound) Reason() string {
 }
 
 // WithDefaults returns cfg (a Config struct) with every zero bounded field
-// at its Default.
+// at its Default, and an empty Schema field at store.DefaultSchema.
 func WithDefaults[C any](cfg C, bounds []Bound) C {
 	v := reflect.ValueOf(&cfg).Elem()
+	if f := v.FieldByName("Schema"); f.IsValid() && f.String() == "" {
+		f.SetString(store.DefaultSchema)
+	}
 	for _, b := range bounds {
 		if f := v.FieldByName(b.Field); f.Int() == 0 {
 			f.SetInt(b.Default)
@@ -138,13 +141,17 @@ func WithDefaults[C any](cfg C, bounds []Bound) C {
 	return cfg
 }
 
-// Validate is a Config's one check, on cfg with its defaults: the schema
-// name, then each bound. Its error is a *setting.Error naming the field,
-// which shared/config turns into the variable's name.
-func Validate(name string, cfg any, schema string, bounds []Bound) error {
+// Validate is a Config's one check, on cfg with its defaults: its Schema
+// field (a plain identifier), then each bound. Its error is a
+// *setting.Error naming the field, which shared/config turns into the
+// variable's name.
+func Validate[C any](name string, cfg C, bounds []Bound) error {
+	cfg = WithDefaults(cfg, bounds)
 	c := setting.Checker{Pass: name}
-	c.Check(store.ValidSchema(schema) == nil, "Schema", schema, "must be a plain lower-case identifier, not pg_*")
 	v := reflect.ValueOf(cfg)
+	if f := v.FieldByName("Schema"); f.IsValid() {
+		c.Check(store.ValidSchema(f.String()) == nil, "Schema", f.String(), "must be a plain lower-case identifier, not pg_*")
+	}
 	for _, b := range bounds {
 		f := v.FieldByName(b.Field)
 		if !f.IsValid() {

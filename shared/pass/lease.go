@@ -123,7 +123,6 @@ type Lease struct {
 	poll     string
 	handedTo string
 	takeBack string
-	release  string
 	// OnStep, when set, runs at the steps of taking the lease, with the
 	// pass's lease token: tests stop a successor exactly there.
 	OnStep func(step LeaseStep, owner string)
@@ -146,7 +145,6 @@ func NewLease(spec LeaseSpec) *Lease {
 		poll:     strings.Replace(st("poll"), "SELECT NULL AS probe", "SELECT "+probe+" AS probe", 1),
 		handedTo: st("handed_to"),
 		takeBack: st("take_back"),
-		release:  st("release"),
 	}
 }
 
@@ -476,7 +474,7 @@ func (h *Holding) Close(fctx context.Context, ride Ride, args pgx.NamedArgs, rea
 		}
 	case h.unknown:
 		if rerr := h.run.LastStatement(func() error {
-			_, err := h.run.Q.Exec(fctx, h.l.release, h.args(nil))
+			_, err := h.run.Q.Exec(fctx, h.l.steps[StepFinish], h.args(nil))
 			return err
 		}); rerr != nil {
 			h.run.kit.Warn(fctx, "could not give the lease back; it expires on its own", slog.String("error", rerr.Error()))

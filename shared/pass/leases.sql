@@ -69,6 +69,9 @@ RETURNING owner <> @owner AS handed
 -- name: finish
 -- The last statement of a pass: the lease released. A registered
 -- successor takes a free lease at its next poll, as does any pass after.
+-- Sent bare, it is also how a pass that does not know whether it holds the
+-- lease (the statement that would have told it was lost with its
+-- connection) gives it up, writing nothing else.
 UPDATE {{schema}}.leases SET
     owner = NULL,
     expires_at = NULL,
@@ -111,15 +114,3 @@ UPDATE {{schema}}.leases SET
     handed_at = NULL,
     updated_at = now()
 WHERE name = @name AND handed_by = @owner
-
--- name: release
--- The lease given up by a pass that does not know whether it holds it
--- (the statement that would have told it was lost with its connection),
--- writing nothing else.
-UPDATE {{schema}}.leases SET
-    owner = NULL,
-    expires_at = NULL,
-    handed_by = NULL,
-    handed_at = NULL,
-    updated_at = now()
-WHERE name = @name AND owner = @owner

@@ -110,7 +110,7 @@ func TestBoundsDefaultAndRefuseByName(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := Validate("test", c.c, "outbox", bounds)
+			err := Validate("test", c.c, bounds)
 			if c.field == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -123,7 +123,14 @@ func TestBoundsDefaultAndRefuseByName(t *testing.T) {
 			}
 		})
 	}
-	if err := Validate("test", cfg{10, time.Second, time.Second}, "Robert'); DROP", bounds); err == nil {
+	type withSchema struct {
+		Schema string
+		Limit  int
+	}
+	if got := WithDefaults(withSchema{}, bounds[:1]); got.Schema != "outbox" || got.Limit != 10 {
+		t.Errorf("WithDefaults(zero) = %+v, want the default schema and limit", got)
+	}
+	if err := Validate("test", withSchema{Schema: "Robert'); DROP"}, bounds[:1]); err == nil {
 		t.Error("a schema that is no plain identifier was accepted")
 	}
 }

@@ -14,7 +14,6 @@
 package prune
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,23 +67,13 @@ var bounds = []pass.Bound{
 	pass.PassBudget("PRUNE_PASS_BUDGET", DefaultPassBudget),
 }
 
-// Bounds are the Config's numeric fields' defaults and accepted values.
-func (Config) Bounds() []pass.Bound { return bounds }
-
-// WithDefaults fills in every zero field. EventsAfter has no default but
-// pass.Off.
-func (c Config) WithDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
-	return pass.WithDefaults(c, bounds)
-}
-
-// Validate is the one check of a Config, on its defaults; its errors (a
-// *setting.Error) name the field, which shared/config turns into the
-// variable's name.
-func (c Config) Validate() error {
-	c = c.WithDefaults()
-	return pass.Validate("prune", c, c.Schema, bounds)
-}
+// Bounds, WithDefaults and Validate are the Config's one table of
+// defaults and accepted values, applied by the kit: a zero field means its
+// default, and Validate's error (a *setting.Error) names the field, which
+// shared/config turns into the variable's name.
+func (Config) Bounds() []pass.Bound   { return bounds }
+func (c Config) WithDefaults() Config { return pass.WithDefaults(c, bounds) }
+func (c Config) Validate() error      { return pass.Validate("prune", c, bounds) }
 
 // Options are the injectable parts of a Service. Now is the pass's clock,
 // for the budget and duration_ms only: retention cutoffs use the database
@@ -97,12 +86,15 @@ type Options struct {
 // passes may overlap (a slow pass and the next hour's): each row is
 // deleted by exactly one of them, and neither waits for the other.
 type Service struct {
+	// Handler's Handle is the Lambda handler: one pass, one JSON log line,
+	// one EMF line, and the Result as the response; the input (a scheduled
+	// event, a Scheduler Input, `{}`) means "prune now".
+	*pass.Handler[json.RawMessage, *Result, *Result]
 	kit        *pass.Kit
 	cfg        Config
 	deliveries *store.DeliveryPrune
 	events     *store.EventPrune
 	record     string
-	handle     *pass.Handler[json.RawMessage, *Result, *Result]
 }
 
 // New applies the defaults, validates cfg and returns a Service that runs
@@ -123,16 +115,8 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		events:     store.NewEventPrune(schema),
 		record:     stateFile.Statement("record", cfg.Schema),
 	}
-	s.handle = &pass.Handler[json.RawMessage, *Result, *Result]{Name: "prune", Run: s.RunOnce, Respond: pass.Response[*Result], Options: &kit.Options}
+	s.Handler = pass.Scheduled("prune", &kit.Options, s.RunOnce)
 	return s, nil
-}
-
-// Handle is the Lambda handler: one pass per invocation, one JSON log line
-// and one EMF line per pass, the Result as the response. The input is
-// ignored: an EventBridge scheduled event, a Scheduler Input or {} all
-// mean "prune now".
-func (s *Service) Handle(ctx context.Context, in json.RawMessage) (*Result, error) {
-	return s.handle.Handle(ctx, in)
 }
 
 // RunOnce is one pass (the input says nothing it needs): batches of

@@ -17,7 +17,6 @@
 package sweep
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -65,22 +64,13 @@ var bounds = []pass.Bound{
 	pass.PassBudget("SWEEP_PASS_BUDGET", DefaultPassBudget),
 }
 
-// Bounds are the Config's numeric fields' defaults and accepted values.
-func (Config) Bounds() []pass.Bound { return bounds }
-
-// WithDefaults fills in every zero field.
-func (c Config) WithDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
-	return pass.WithDefaults(c, bounds)
-}
-
-// Validate is the one check of a Config, on its defaults; its errors (a
-// *setting.Error) name the field, which shared/config turns into the
-// variable's name.
-func (c Config) Validate() error {
-	c = c.WithDefaults()
-	return pass.Validate("sweep", c, c.Schema, bounds)
-}
+// Bounds, WithDefaults and Validate are the Config's one table of
+// defaults and accepted values, applied by the kit: a zero field means its
+// default, and Validate's error (a *setting.Error) names the field, which
+// shared/config turns into the variable's name.
+func (Config) Bounds() []pass.Bound   { return bounds }
+func (c Config) WithDefaults() Config { return pass.WithDefaults(c, bounds) }
+func (c Config) Validate() error      { return pass.Validate("sweep", c, bounds) }
 
 // maxRedeliveries is the reset statement's limit: 0 there means never.
 func (c Config) maxRedeliveries() int { return max(c.MaxRedeliveries, 0) }
@@ -96,11 +86,14 @@ type Options struct {
 // Services (several Lambda environments) may run at once: each row is moved
 // by exactly one of them.
 type Service struct {
+	// Handler's Handle is the Lambda handler: one pass, one JSON log line,
+	// one EMF line, and the Result as the response; the input (a scheduled
+	// event, a Scheduler Input, `{}`) means "sweep now".
+	*pass.Handler[json.RawMessage, *Result, *Result]
 	kit        *pass.Kit
 	cfg        Config
 	deliveries *store.DeliverySweep
 	record     string
-	handle     *pass.Handler[json.RawMessage, *Result, *Result]
 }
 
 // New applies the defaults, validates cfg and returns a Service that runs
@@ -116,16 +109,8 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 	}
 	s := &Service{kit: kit, cfg: cfg, deliveries: store.NewDeliverySweep(store.MustSchema(cfg.Schema)),
 		record: stateFile.Statement("record", cfg.Schema)}
-	s.handle = &pass.Handler[json.RawMessage, *Result, *Result]{Name: "sweep", Run: s.RunOnce, Respond: pass.Response[*Result], Options: &kit.Options}
+	s.Handler = pass.Scheduled("sweep", &kit.Options, s.RunOnce)
 	return s, nil
-}
-
-// Handle is the Lambda handler: one pass per invocation, one JSON log line
-// and one EMF line per pass, the Result as the response. The input is
-// ignored: an EventBridge scheduled event, a Scheduler Input or {} all mean
-// "sweep now".
-func (s *Service) Handle(ctx context.Context, in json.RawMessage) (*Result, error) {
-	return s.handle.Handle(ctx, in)
 }
 
 // RunOnce is one pass; the input says nothing the pass needs:
