@@ -129,11 +129,7 @@ type Service struct {
 // statements: in production the pgx pool, which drops a connection that
 // failed and dials a fresh one for the next statement.
 func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg = cfg.WithDefaults()
-	kit, err := pass.NewKit("compensate", db, cfg.PassBudget, opts.Options)
+	kit, cfg, err := pass.Configure("compensate", db, cfg, opts.Options)
 	if err != nil {
 		return nil, err
 	}

@@ -302,16 +302,17 @@ func (r *reader) boolean(name string, def bool) bool {
 // it elsewhere, and explain quotes the variable as it was set.
 const explicitZero = pass.Off
 
-// parseInt parses a whole number; unset is 0, the pass's default.
-func (r *reader) parseInt(name string) int {
+// parseNumber parses a non-negative number with parse; unset is 0, the
+// pass's default, and a bad value fails saying it must be what.
+func parseNumber[T int | time.Duration](r *reader, name string, parse func(string) (T, error), what string) T {
 	v := r.str(name)
 	if v == "" {
 		return 0
 	}
-	n, err := strconv.Atoi(v)
+	n, err := parse(v)
 	switch {
 	case err != nil:
-		r.fail(name, v, "must be a whole number")
+		r.fail(name, v, "must be "+what)
 	case n < 0:
 		r.fail(name, v, "must not be negative")
 	case n == 0:
@@ -320,23 +321,14 @@ func (r *reader) parseInt(name string) int {
 	return n
 }
 
-// parseDuration parses a non-negative Go duration ("2s", "500ms"); unset
-// is 0, the pass's default.
+// parseInt parses a whole number.
+func (r *reader) parseInt(name string) int {
+	return parseNumber(r, name, strconv.Atoi, "a whole number")
+}
+
+// parseDuration parses a Go duration ("2s", "500ms").
 func (r *reader) parseDuration(name string) time.Duration {
-	v := r.str(name)
-	if v == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(v)
-	switch {
-	case err != nil:
-		r.fail(name, v, `must be a Go duration such as "2s" or "500ms"`)
-	case d < 0:
-		r.fail(name, v, "must not be negative")
-	case d == 0:
-		return explicitZero
-	}
-	return d
+	return parseNumber(r, name, time.ParseDuration, `a Go duration such as "2s" or "500ms"`)
 }
 
 // explain turns a pass's *setting.Error into an *Error naming the

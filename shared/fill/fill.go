@@ -118,11 +118,7 @@ type Service struct {
 // consecutive statements may use different connections, and a dropped
 // connection is re-dialled.
 func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg = cfg.WithDefaults()
-	kit, err := pass.NewKit("fill", db, cfg.PassBudget, opts.Options)
+	kit, cfg, err := pass.Configure("fill", db, cfg, opts.Options)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -64,6 +65,25 @@ func NewKit(name string, db DB, budget time.Duration, opts Options) (*Kit, error
 		return nil, &setting.Error{Pass: name, Field: "db", Value: nil, Reason: "must not be nil"}
 	}
 	return &Kit{Name: name, DB: db, Budget: budget, Options: opts.WithDefaults(name)}, nil
+}
+
+// Config is what Configure takes: a pass's Config, with a PassBudget
+// field (a time.Duration), the budget of its passes.
+type Config[C any] interface {
+	Validate() error
+	WithDefaults() C
+}
+
+// Configure validates cfg, applies its defaults and builds the kit of the
+// pass called name on db, its budget cfg's PassBudget.
+func Configure[C Config[C]](name string, db DB, cfg C, opts Options) (*Kit, C, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, cfg, err
+	}
+	cfg = cfg.WithDefaults()
+	budget := reflect.ValueOf(cfg).FieldByName("PassBudget").Interface().(time.Duration)
+	kit, err := NewKit(name, db, budget, opts)
+	return kit, cfg, err
 }
 
 // Warn logs a warning of the pass, its message prefixed with the pass's

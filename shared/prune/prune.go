@@ -15,10 +15,15 @@ package prune
 
 import (
 	"context"
+	"embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
@@ -100,11 +105,7 @@ type Service struct {
 // New applies the defaults, validates cfg and returns a Service that runs
 // its statements on db (a pool; each statement is its own transaction).
 func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg = cfg.WithDefaults()
-	kit, err := pass.NewKit("prune", db, cfg.PassBudget, opts.Options)
+	kit, cfg, err := pass.Configure("prune", db, cfg, opts.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -194,3 +195,40 @@ func (c *cursor) move(to int64, done bool) {
 
 // prunesDeliveries: at least one kind of delivery has a retention.
 func prunesDeliveries(c Config) bool { return c.AckedAfter != pass.Off || c.DeadAfter != pass.Off }
+
+//go:embed prune_state.sql
+var sqlFiles embed.FS
+
+var stateFile = sqltext.MustParse(sqlFiles, "prune_state.sql")
+
+// record adds one pass to prune_state.
+func record(ctx context.Context, q store.Querier, sql string, res *Result) error {
+	_, err := q.Exec(ctx, sql, pgx.NamedArgs{"deliveries": res.DeletedDeliveries, "events": res.DeletedEvents})
+	if err != nil {
+		return fmt.Errorf("record the pass in prune_state: %w", err)
+	}
+	return nil
+}
+
+// State is prune_state as an operator sees it (outboxkeeper status).
+type State struct {
+	Passes int64 `json:"passes"`
+	// LastPassAt is when the last pass ended, nil before the first.
+	LastPassAt             *time.Time `json:"last_pass_at"`
+	LastDeletedDeliveries  int64      `json:"last_deleted_deliveries"`
+	LastDeletedEvents      int64      `json:"last_deleted_events"`
+	DeletedDeliveriesTotal int64      `json:"deleted_deliveries_total"`
+	DeletedEventsTotal     int64      `json:"deleted_events_total"`
+}
+
+// ReadState reads the one row of prune_state (the zero State when an
+// operator deleted it: the next pass recreates it).
+func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
+	var s State
+	err := q.QueryRow(ctx, stateFile.Statement("read", schema.Name())).Scan(
+		&s.Passes, &s.LastPassAt, &s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return State{}, fmt.Errorf("read prune_state: %w", err)
+	}
+	return s, nil
+}
