@@ -18,7 +18,6 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,7 +98,7 @@ type Service struct {
 	cfg        Config
 	deliveries *store.DeliveryPrune
 	events     *store.EventPrune
-	record     string
+	state      pass.StateTable
 }
 
 // New applies the defaults, validates cfg and returns a Service that runs
@@ -114,7 +113,7 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		kit: kit, cfg: cfg,
 		deliveries: store.NewDeliveryPrune(schema),
 		events:     store.NewEventPrune(schema),
-		record:     stateFile.Statement("record", cfg.Schema),
+		state:      pass.NewStateTable(stateFile, "prune_state", cfg.Schema),
 	}
 	s.Handler = pass.Scheduled("prune", &kit.Options, s.RunOnce)
 	return s, nil
@@ -134,7 +133,9 @@ func (s *Service) RunOnce(ctx context.Context, _ json.RawMessage) (*Result, erro
 	if errors.Is(err, pass.ErrBudget) {
 		res.More = true
 	}
-	err = run.Finish(ctx, err, func(ctx context.Context) error { return record(ctx, run.Q, s.record, res) })
+	err = run.Finish(ctx, err, func(ctx context.Context) error {
+		return s.state.Record(ctx, run.Q, pgx.NamedArgs{"deliveries": res.DeletedDeliveries, "events": res.DeletedEvents})
+	})
 	return res, run.Close(&res.Summary, err)
 }
 
@@ -201,15 +202,6 @@ var sqlFiles embed.FS
 
 var stateFile = sqltext.MustParse(sqlFiles, "prune_state.sql")
 
-// record adds one pass to prune_state.
-func record(ctx context.Context, q store.Querier, sql string, res *Result) error {
-	_, err := q.Exec(ctx, sql, pgx.NamedArgs{"deliveries": res.DeletedDeliveries, "events": res.DeletedEvents})
-	if err != nil {
-		return fmt.Errorf("record the pass in prune_state: %w", err)
-	}
-	return nil
-}
-
 // State is prune_state as an operator sees it (outboxkeeper status).
 type State struct {
 	Passes int64 `json:"passes"`
@@ -225,10 +217,10 @@ type State struct {
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
 	var s State
-	err := q.QueryRow(ctx, stateFile.Statement("read", schema.Name())).Scan(
+	err := pass.NewStateTable(stateFile, "prune_state", schema.Name()).Read(ctx, q,
 		&s.Passes, &s.LastPassAt, &s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return State{}, fmt.Errorf("read prune_state: %w", err)
+	if err != nil {
+		return State{}, err
 	}
 	return s, nil
 }

@@ -20,7 +20,6 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -98,7 +97,7 @@ type Service struct {
 	kit        *pass.Kit
 	cfg        Config
 	deliveries *store.DeliverySweep
-	record     string
+	state      pass.StateTable
 }
 
 // New applies the defaults, validates cfg and returns a Service that runs
@@ -109,7 +108,7 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{kit: kit, cfg: cfg, deliveries: store.NewDeliverySweep(store.MustSchema(cfg.Schema)),
-		record: stateFile.Statement("record", cfg.Schema)}
+		state: pass.NewStateTable(stateFile, "sweep_state", cfg.Schema)}
 	s.Handler = pass.Scheduled("sweep", &kit.Options, s.RunOnce)
 	return s, nil
 }
@@ -171,7 +170,7 @@ func (s *Service) finish(ctx context.Context, run *pass.Run, res *Result) error 
 		}
 		res.Woken = true
 	}
-	return record(ctx, run.Q, s.record, res)
+	return s.state.Record(ctx, run.Q, pgx.NamedArgs{"reset": res.Reset, "dead": res.Dead, "stuck_pending": res.StuckPending})
 }
 
 // shouldWake: one notification per pass, and only when the relay has
@@ -187,15 +186,6 @@ func shouldWake(reset, dead, stuckPending int64) bool {
 var sqlFiles embed.FS
 
 var stateFile = sqltext.MustParse(sqlFiles, "sweep_state.sql")
-
-// record adds one pass to sweep_state.
-func record(ctx context.Context, q store.Querier, sql string, res *Result) error {
-	_, err := q.Exec(ctx, sql, pgx.NamedArgs{"reset": res.Reset, "dead": res.Dead, "stuck_pending": res.StuckPending})
-	if err != nil {
-		return fmt.Errorf("record the pass in sweep_state: %w", err)
-	}
-	return nil
-}
 
 // State is sweep_state as an operator sees it (outboxkeeper status).
 type State struct {
@@ -213,10 +203,10 @@ type State struct {
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
 	var s State
-	err := q.QueryRow(ctx, stateFile.Statement("read", schema.Name())).Scan(
+	err := pass.NewStateTable(stateFile, "sweep_state", schema.Name()).Read(ctx, q,
 		&s.Passes, &s.LastPassAt, &s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return State{}, fmt.Errorf("read sweep_state: %w", err)
+	if err != nil {
+		return State{}, err
 	}
 	return s, nil
 }
