@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Benchmarks of the fill with the template's settings (grace 2 s, tick
@@ -217,46 +215,6 @@ func BenchmarkFillLiveGap(b *testing.B) {
 	b.ReportMetric(limit/fill, "fill/limit")
 }
 
-// timed is a pass.DB that adds up the time its statements take, so a
-// watching pass's database work can be told from its sleeps.
-type timed struct {
-	db pass.DB
-	ns atomic.Int64
-}
-
-func (t *timed) add(start time.Time) { t.ns.Add(int64(time.Since(start))) }
-
-func (t *timed) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	defer t.add(time.Now())
-	return t.db.Exec(ctx, sql, args...)
-}
-
-func (t *timed) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	defer t.add(time.Now())
-	return t.db.Query(ctx, sql, args...)
-}
-
-func (t *timed) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	defer t.add(time.Now())
-	return t.db.QueryRow(ctx, sql, args...)
-}
-
-// SendBatch is timed until its results are closed.
-func (t *timed) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return &timedBatch{BatchResults: t.db.SendBatch(ctx, b), t: t, start: time.Now()}
-}
-
-type timedBatch struct {
-	pgx.BatchResults
-	t     *timed
-	start time.Time
-}
-
-func (b *timedBatch) Close() error {
-	defer b.t.add(b.start)
-	return b.BatchResults.Close()
-}
-
 // BenchmarkFillWatching: a healthy watching pass (the template's tick)
 // over tables of 100k, 1M and 10M rows while a writer commits a few events
 // every tick, the three sizes side by side in alternating order. Targets:
@@ -284,7 +242,7 @@ func BenchmarkFillWatching(b *testing.B) {
 			db := dbs[n]
 			cfg := templateConfig(false)
 			cfg.PassBudget = 5 * time.Second
-			t := &timed{db: db.Pool}
+			t := &benchkit.TimedDB{DB: db.Pool}
 			s := newService(b, t, cfg, Options{})
 			// Writers committing between ticks. They run beside the pass,
 			// so they report an error instead of failing the benchmark
@@ -308,7 +266,7 @@ func BenchmarkFillWatching(b *testing.B) {
 				b.Fatalf("writer: %v", err)
 			}
 			stmts[n] = append(stmts[n], float64(res.Statements)/float64(res.Ticks))
-			perTick := time.Duration(t.ns.Load() / int64(res.Ticks))
+			perTick := t.Total() / time.Duration(res.Ticks)
 			dbNS[n] = append(dbNS[n], float64(perTick))
 			return perTick
 		}}
