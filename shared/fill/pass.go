@@ -31,8 +31,12 @@ type invocation struct {
 	hold *pass.Holding
 	res  *Result
 
-	st   State
-	head int64
+	st State
+	// saved is the watermark as last written: a checkpoint with nothing
+	// to save (not dirty, the watermark where it was) renews the lease
+	// alone, one row, which is every renewal of an idle watching pass.
+	saved int64
+	head  int64
 	// dirty: the cycle or the proof changed, which a checkpoint writes at
 	// once (a hand-over or a crash must not lose a stall's first sighting
 	// or a blocked proof). A watermark that only moved on waits for the
@@ -78,7 +82,7 @@ func (p *invocation) acquire(ctx context.Context) error {
 	p.res.LeaseWaitMS = p.hold.WaitMS
 	switch {
 	case p.hold.Held:
-		p.dirty, p.res.Waiting = false, nil
+		p.dirty, p.saved, p.res.Waiting = false, p.st.Watermark, nil
 	case p.hold.Waiting:
 		p.res.wait(WaitingLease)
 	}
@@ -417,20 +421,23 @@ func (p *invocation) renewDue() bool { return p.hold.RenewDue() }
 // checkpoint saves the state and renews the lease, and learns whether a
 // successor waits.
 func (p *invocation) checkpoint(ctx context.Context) error {
+	if !p.dirty && p.st.Watermark == p.saved {
+		return wrapUnlessLost("renew the lease", p.hold.Renew(ctx, p.s.state.renew, nil, nil))
+	}
 	var w int64
 	if err := p.hold.Renew(ctx, p.s.state.checkpoint, stateArgs(p.st), scanned(&w)); err != nil {
 		return wrapUnlessLost("save fill state", err)
 	}
 	// GREATEST keeps a late save from moving the stored watermark back.
 	p.st.Watermark = max(p.st.Watermark, w)
-	p.dirty = false
+	p.dirty, p.saved = false, p.st.Watermark
 	return nil
 }
 
 // wrapUnlessLost says what failed, leaving pass.ErrLeaseLost as it is for
 // the watching loop to match.
 func wrapUnlessLost(what string, err error) error {
-	if errors.Is(err, pass.ErrLeaseLost) {
+	if err == nil || errors.Is(err, pass.ErrLeaseLost) {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, err)
@@ -443,7 +450,7 @@ func wrapUnlessLost(what string, err error) error {
 func (p *invocation) handOver(ctx context.Context) (done bool, err error) {
 	done, err = p.hold.HandOver(ctx, p.s.state.handOver, stateArgs(p.st), scanned(nil))
 	if err == nil || done {
-		p.dirty = false
+		p.dirty, p.saved = false, p.st.Watermark
 	}
 	p.res.HandedOver, p.res.TakenBack = p.hold.HandedOver, p.hold.TakenBack
 	return done, err

@@ -126,7 +126,7 @@ var errNoState = errors.New("fill_state has no row: run the migrations")
 // stateSQL is the fill's statements on its state, each riding on the
 // lease statement it needs.
 type stateSQL struct {
-	load, checkpoint, handOver, finish, marker pass.Ride
+	load, checkpoint, renew, handOver, finish, marker pass.Ride
 }
 
 func newStateSQL(l *pass.Lease, schema string) stateSQL {
@@ -134,6 +134,7 @@ func newStateSQL(l *pass.Lease, schema string) stateSQL {
 	return stateSQL{
 		load:       l.Ride(pass.StepAcquire, stateFile.Statement("load", schema)),
 		checkpoint: l.Ride(pass.StepRenew, save),
+		renew:      l.Ride(pass.StepRenew, ""),
 		handOver:   l.Ride(pass.StepHandOver, save),
 		finish:     l.Ride(pass.StepFinish, save),
 		marker:     l.Ride(pass.StepRenew, stateFile.Statement("assign_marker", schema)),
@@ -171,9 +172,9 @@ type Status struct {
 	// LeaseHeld: a pass holds an unexpired lease, so one is running.
 	LeaseHeld      bool
 	LeaseExpiresAt *time.Time
-	// UpdatedAt is the last time a pass wrote the row (every lease
-	// renewal, at least every few seconds while one runs, and the end of
-	// every pass).
+	// UpdatedAt is the last time a pass wrote the row: every checkpoint
+	// that changed the state, every hand-over (about once a minute while
+	// passes watch) and the end of every pass.
 	UpdatedAt time.Time
 }
 

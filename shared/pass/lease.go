@@ -1,6 +1,7 @@
 package pass
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"embed"
@@ -137,7 +138,7 @@ func NewLease(spec LeaseSpec) *Lease {
 	}
 	return &Lease{
 		name: spec.Name,
-		ttl:  cmpOr(spec.TTL, LeaseTTL(spec.Tick)),
+		ttl:  cmp.Or(spec.TTL, LeaseTTL(spec.Tick)),
 		ack:  AckWindow(spec.Tick),
 		steps: map[Step]string{
 			StepAcquire: st("acquire"), StepRenew: st("renew"), StepHandOver: st("hand_over"), StepFinish: st("finish"),
@@ -146,13 +147,6 @@ func NewLease(spec LeaseSpec) *Lease {
 		handedTo: st("handed_to"),
 		takeBack: st("take_back"),
 	}
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // TTL is the lease period.
