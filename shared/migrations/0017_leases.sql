@@ -38,13 +38,14 @@ ALTER TABLE {{schema}}.fill_state
     DROP COLUMN lease_handed_by,
     DROP COLUMN lease_handed_at;
 
--- The functions' role, as in 0011, and now the leases: it takes, renews
+-- The functions' role, as in 0015, and now the leases: it takes, renews
 -- and hands them over (the upsert needs INSERT and UPDATE).
 CREATE OR REPLACE FUNCTION {{schema}}.grant_maintainer(grantee regrole) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA {{schema}} TO %s', grantee);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION {{schema}}.allocation_head() TO %s', grantee);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION {{schema}}.allocation_head(), '
+        '{{schema}}.sweep_reset(bigint, integer, integer), {{schema}}.present_after(bigint, integer) TO %s', grantee);
     EXECUTE format('GRANT SELECT ON SEQUENCE {{schema}}.events_sequence_seq TO %s', grantee);
     EXECUTE format('GRANT SELECT, INSERT (sequence, filled_by), DELETE ON {{schema}}.events TO %s', grantee);
     EXECUTE format('GRANT SELECT, UPDATE ON {{schema}}.fill_state TO %s', grantee);

@@ -24,8 +24,10 @@ func TestAnOlderBuildRunsOnlyPastCompatibleMigrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	upTo := func(v int) []migrate.Migration {
-		i := slices.IndexFunc(all, func(m migrate.Migration) bool { return m.Version() > v })
-		return all[:i]
+		if i := slices.IndexFunc(all, func(m migrate.Migration) bool { return m.Version() > v }); i >= 0 {
+			return all[:i]
+		}
+		return all
 	}
 	check := func(build []migrate.Migration) error {
 		st, err := migrate.ReadStatusOfBuild(context.Background(), db.Pool, testdb.Schema, build)
@@ -35,26 +37,31 @@ func TestAnOlderBuildRunsOnlyPastCompatibleMigrations(t *testing.T) {
 		return st.Check()
 	}
 
-	// Version 8's build: 0009 onwards are all marked compatible.
-	for _, m := range all[len(upTo(8)):] {
+	// The last migration not marked compatible, u: the build just before
+	// it refuses this schema naming u alone; the build that has it starts,
+	// every migration after it being compatible.
+	last := -1
+	for i, m := range all {
 		if !m.Compatible {
-			t.Fatalf("%s is not marked compatible: pick another older build for this test", m.Name)
+			last = i
 		}
 	}
-	if err := check(upTo(8)); err != nil {
-		t.Errorf("version 8's build refuses a schema whose newer migrations are all compatible: %v", err)
+	if last < 1 {
+		t.Fatalf("no migration after the first is unmarked: the test needs one to refuse on")
 	}
-
-	// Version 7's build: 0008 is not marked, the later ones are.
-	err = check(upTo(7))
+	unmarked, before := all[last], all[last-1]
+	if err := check(upTo(unmarked.Version())); err != nil {
+		t.Errorf("%s's build refuses a schema whose newer migrations are all compatible: %v", unmarked.Name, err)
+	}
+	err = check(upTo(before.Version()))
 	var verr *migrate.VersionError
 	if !errors.As(err, &verr) {
-		t.Fatalf("version 7's build on a schema with 0008 (not compatible) applied: %v, want a *VersionError", err)
+		t.Fatalf("%s's build on a schema with %s (not compatible) applied: %v, want a *VersionError", before.Name, unmarked.Name, err)
 	}
-	if !slices.Equal(verr.Newer, []string{"0008_prune_state.sql"}) {
-		t.Errorf("the refusal names %v, want only the unmarked 0008_prune_state.sql", verr.Newer)
+	if !slices.Equal(verr.Newer, []string{unmarked.Name}) {
+		t.Errorf("the refusal names %v, want only the unmarked %s", verr.Newer, unmarked.Name)
 	}
-	if verr.Required != "0007_read_side.sql" || verr.Current != migrate.Latest().Name {
-		t.Errorf("the refusal says required %s, current %s; want 0007_read_side.sql and %s", verr.Required, verr.Current, migrate.Latest().Name)
+	if verr.Required != before.Name || verr.Current != migrate.Latest().Name {
+		t.Errorf("the refusal says required %s, current %s; want %s and %s", verr.Required, verr.Current, before.Name, migrate.Latest().Name)
 	}
 }

@@ -131,7 +131,6 @@ type Lease struct {
 
 // NewLease renders spec's statements.
 func NewLease(spec LeaseSpec) *Lease {
-	st := func(name string) string { return leasesSQL.Statement(name, spec.Schema) }
 	probe := "NULL"
 	if spec.Probe != "" {
 		probe = "(" + sqltext.Render(spec.Probe, spec.Schema) + ")"
@@ -141,11 +140,11 @@ func NewLease(spec LeaseSpec) *Lease {
 		ttl:  cmp.Or(spec.TTL, LeaseTTL(spec.Tick)),
 		ack:  AckWindow(spec.Tick),
 		steps: map[Step]string{
-			StepAcquire: st("acquire"), StepRenew: st("renew"), StepHandOver: st("hand_over"), StepFinish: st("finish"),
+			StepAcquire: leasesSQL.Statement("acquire", spec.Schema), StepRenew: leasesSQL.Statement("renew", spec.Schema), StepHandOver: leasesSQL.Statement("hand_over", spec.Schema), StepFinish: leasesSQL.Statement("finish", spec.Schema),
 		},
-		poll:     strings.Replace(st("poll"), "SELECT NULL AS probe", "SELECT "+probe+" AS probe", 1),
-		handedTo: st("handed_to"),
-		takeBack: st("take_back"),
+		poll:     strings.Replace(leasesSQL.Statement("poll", spec.Schema), "SELECT NULL AS probe", "SELECT "+probe+" AS probe", 1),
+		handedTo: leasesSQL.Statement("handed_to", spec.Schema),
+		takeBack: leasesSQL.Statement("take_back", spec.Schema),
 	}
 }
 

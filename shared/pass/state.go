@@ -7,21 +7,20 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // StateTable is a pass's own one-row table (sweep_state, prune_state): the
-// statement that records a pass in it and the one that reads it, named
-// record and read in its .sql file, rendered once.
+// statement that records a pass in it and the one that reads it,
+// rendered once.
 type StateTable struct {
 	name, record, read string
 }
 
-// NewStateTable renders file's record and read for schema; table names
-// the table in errors.
-func NewStateTable(file sqltext.File, table, schema string) StateTable {
-	return StateTable{name: table, record: file.Statement("record", schema), read: file.Statement("read", schema)}
+// NewStateTable is the table's two statements, rendered by the pass from
+// its .sql file; table names the table in errors.
+func NewStateTable(table, record, read string) StateTable {
+	return StateTable{name: table, record: record, read: read}
 }
 
 // Record adds one pass, with args, to the table.

@@ -113,7 +113,7 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		kit: kit, cfg: cfg,
 		deliveries: store.NewDeliveryPrune(schema),
 		events:     store.NewEventPrune(schema),
-		state:      pass.NewStateTable(stateFile, "prune_state", cfg.Schema),
+		state:      pass.NewStateTable("prune_state", stateFile.Statement("record", cfg.Schema), stateFile.Statement("read", cfg.Schema)),
 	}
 	s.Handler = pass.Scheduled("prune", &kit.Options, s.RunOnce)
 	return s, nil
@@ -217,7 +217,7 @@ type State struct {
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
 	var s State
-	err := pass.NewStateTable(stateFile, "prune_state", schema.Name()).Read(ctx, q,
+	err := pass.NewStateTable("prune_state", stateFile.Statement("record", schema.Name()), stateFile.Statement("read", schema.Name())).Read(ctx, q,
 		&s.Passes, &s.LastPassAt, &s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal)
 	if err != nil {
 		return State{}, err

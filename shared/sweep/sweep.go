@@ -108,7 +108,7 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{kit: kit, cfg: cfg, deliveries: store.NewDeliverySweep(store.MustSchema(cfg.Schema)),
-		state: pass.NewStateTable(stateFile, "sweep_state", cfg.Schema)}
+		state: pass.NewStateTable("sweep_state", stateFile.Statement("record", cfg.Schema), stateFile.Statement("read", cfg.Schema))}
 	s.Handler = pass.Scheduled("sweep", &kit.Options, s.RunOnce)
 	return s, nil
 }
@@ -203,7 +203,7 @@ type State struct {
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
 	var s State
-	err := pass.NewStateTable(stateFile, "sweep_state", schema.Name()).Read(ctx, q,
+	err := pass.NewStateTable("sweep_state", stateFile.Statement("record", schema.Name()), stateFile.Statement("read", schema.Name())).Read(ctx, q,
 		&s.Passes, &s.LastPassAt, &s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal)
 	if err != nil {
 		return State{}, err
