@@ -113,9 +113,22 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20s ./shared/report
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 15s ./shared/config
 
-# cfn-lint (no errors, no warnings) and `sam build` from a pinned virtualenv.
+# cfn-lint (no errors, no warnings) on the template under every parameter
+# combination of infra/deploy/combinations.txt, `sam build`, and the
+# release's SAM artifacts, from a pinned virtualenv.
 test-template:
 	bash infra/deploy/check.sh
+
+# Everything a release ships, in dist/ (RELEASE_DIR): the CLI for
+# linux/darwin x amd64/arm64, built in parallel, the `sam build` output with
+# the Serverless Application Repository metadata, SHA256SUMS; then its
+# checks. `make test` builds two CLIs (the host's, whose --version its test
+# runs, and darwin/arm64 for the cross-build: infra/cmd/release's test) and
+# the SAM part (check.sh), not all four.
+.PHONY: release
+release:
+	$(NEED) go
+	bash infra/deploy/release.sh
 
 # Every benchmark once, at its small size (-short), so none can rot; no
 # timing is asserted (make bench judges the figures).

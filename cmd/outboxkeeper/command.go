@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
+	"github.com/outboxkeeper/outboxkeeper/internal/version"
 )
 
 // command is a node of the command tree: either it has subcommands, or it
@@ -60,6 +61,10 @@ func (c *command) path(parents []string) string {
 // dispatch walks args down the tree and runs the command it names.
 func (c *command) dispatch(ctx context.Context, e *env, parents []string, args []string) int {
 	if c.sub != nil {
+		if c == root && len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+			fmt.Fprintln(e.stdout, version.String())
+			return exitOK
+		}
 		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 			c.printHelp(e.stdout, parents)
 			if len(args) == 0 {
@@ -132,6 +137,9 @@ func (c *command) printHelp(w io.Writer, parents []string) {
 			fmt.Fprintf(w, "  %-11s %s\n", s.name, s.summary)
 		}
 		fmt.Fprintf(w, "\nRun '%s <command> --help' for a command's own help.\n", name)
+		if c == root {
+			fmt.Fprintf(w, "'%s --version' prints the version and the commit.\n", name)
+		}
 		fmt.Fprintf(w, "\n%s\n", loginHelp)
 		return
 	}
@@ -152,7 +160,7 @@ var root = &command{
 	name: "outboxkeeper",
 	help: `Operate a PostgreSQL outbox that outboxkeeper maintains, from a shell:
 the same login as the functions, the same words as the README.`,
-	sub: []*command{statusCommand, deadCommand, dlqCommand, skipStallCommand, migrateCommand},
+	sub: []*command{statusCommand, deadCommand, dlqCommand, skipStallCommand, migrateCommand, versionCommand},
 }
 
 // loginHelp closes every help page: how any command logs in.

@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/version"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
@@ -191,4 +194,64 @@ func stateIn(table, name string) string {
 		}
 	}
 	return ""
+}
+
+// --version answers with the version and the commit instead of "unknown
+// command"; `version` adds the schema version the functions require.
+func TestVersionNamesTheBuild(t *testing.T) {
+	code, out, errs := cli(t, nil, "--version")
+	if code != exitOK || errs != "" {
+		t.Fatalf("--version exits %d with stderr %q, want 0 and nothing", code, errs)
+	}
+	if want := "outboxkeeper " + version.Number() + " (commit "; !strings.HasPrefix(out, want) {
+		t.Errorf("--version printed %q, want it to start with %q", out, want)
+	}
+	code, out, _ = cli(t, nil, "version", "--json")
+	var v struct {
+		Version       string `json:"version"`
+		Commit        string `json:"commit"`
+		SchemaVersion int    `json:"schema_version"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || code != exitOK {
+		t.Fatalf("version --json exits %d with %q: %v", code, out, err)
+	}
+	if v.Version != version.Number() || v.Commit == "" || v.SchemaVersion != migrate.Latest().Version() {
+		t.Errorf("version --json = %+v, want %s, a commit and schema version %d", v, version.Number(), migrate.Latest().Version())
+	}
+}
+
+// migrate print --format writes a tool's files into --out, or prints them
+// one after the other; a wrong range or format is a usage error naming it.
+func TestPrintForAToolWritesOneFilePerMigration(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := cli(t, nil, "migrate", "print", "--format", "golang-migrate", "--from", "12", "--to", "14", "--out", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, name := range []string{"0013_publish_unpinned.up.sql", "0013_publish_unpinned.down.sql", "0014_fill_handover.up.sql", "0014_fill_handover.down.sql"} {
+		if !strings.Contains(out, name) {
+			t.Errorf("the summary does not name %s: %s", name, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s was not written: %v", name, err)
+		}
+	}
+	code, out, _ = cli(t, nil, "migrate", "print", "--format", "goose", "--from", "13")
+	if code != exitOK || !strings.Contains(out, "-- file: 0014_fill_handover.sql\n") || !strings.Contains(out, "-- +goose Up") {
+		t.Errorf("goose to stdout: exit %d, %q", code, out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from", "3"}, "go with --format"},
+		{[]string{"--format", "flyway"}, `--format "flyway"`},
+		{[]string{"--format", "plain", "--from", "99"}, "--from 99: not a version"},
+		{[]string{"--format", "plain", "--after", "0001_events.sql"}, "--after is for the single script"},
+	} {
+		code, _, errs := cli(t, nil, append([]string{"migrate", "print"}, c.args...)...)
+		if code != exitUsage || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, %q; want %d naming %q", c.args, code, errs, exitUsage, c.want)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -261,8 +262,11 @@ func printStatusJSON(w io.Writer, l *login, st *migrations.Status, problem error
 
 type printFlags struct {
 	schemaFlags
-	after string
-	json  bool
+	after    string
+	json     bool
+	format   string
+	from, to int
+	out      string
 }
 
 var migratePrint = &command{
@@ -281,12 +285,31 @@ it), for example:
   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f outbox.sql
 Its lock waits are bounded (lock_timeout 1s): behind a long transaction it
 stops with nothing applied (SQLSTATE 55P03) rather than queue the publishers
-behind it; run it again later.`,
+behind it; run it again later.
+
+For a team that applies its migrations with a tool of its own, --format
+writes one file per migration, from the schema's version --from (0: none)
+up to --to (default: this build's last), in that tool's naming and layout:
+  goose           NNNN_name.sql with -- +goose Up and Down sections
+  golang-migrate  NNNN_name.up.sql (with its BEGIN/COMMIT) and NNNN_name.down.sql
+  atlas           NNNN_name.sql and the directory's atlas.sum
+  plain           NNNN_name.sql, each one BEGIN...COMMIT script
+each with the bookkeeping row in <schema>.schema_migrations, so the functions
+start on the schema the tool leaves. The down migrations refuse, changing
+nothing: outboxkeeper's migrations are forward-only. With --out DIR the files
+are written there (an existing file with other contents is refused);
+without it they are printed one after the other, each under a "-- file:"
+line. docs/database-setup.md, "Teams that own their migrations", has each
+tool's commands.`,
 	flags: func(fs *flag.FlagSet) any {
 		f := &printFlags{}
 		addSchema(fs, &f.schemaFlags)
 		fs.StringVar(&f.after, "after", "", "the last migration the schema already has, e.g. 0005_fill_cycles.sql (default: none)")
 		fs.BoolVar(&f.json, "json", false, "print JSON for scripts: the migrations and the script")
+		fs.StringVar(&f.format, "format", "", "one file per migration for a tool: goose, golang-migrate, atlas or plain (default: one script)")
+		fs.IntVar(&f.from, "from", 0, "with --format: the version the schema is at (0: no migrations)")
+		fs.IntVar(&f.to, "to", 0, "with --format: the version to bring it to (default: this build's last)")
+		fs.StringVar(&f.out, "out", "", "with --format: the directory to write the files into (default: print them)")
 		return f
 	},
 	run: func(ctx context.Context, e *env, opts any, args []string) error {
@@ -297,6 +320,12 @@ behind it; run it again later.`,
 		schema, err := schemaOf(e, f.schema)
 		if err != nil {
 			return err
+		}
+		if f.format != "" {
+			return printForTool(e, schema, f)
+		}
+		if f.from != 0 || f.to != 0 || f.out != "" {
+			return usagef("--from, --to and --out go with --format")
 		}
 		if !f.json {
 			return migrations.Print(e.stdout, schema, f.after)
@@ -328,4 +357,43 @@ behind it; run it again later.`,
 		}
 		return printJSON(e.stdout, out)
 	},
+}
+
+// printForTool is `migrate print --format`: one file per migration for
+// the team's own migration tool.
+func printForTool(e *env, schema string, f *printFlags) error {
+	if f.after != "" {
+		return usagef("--after is for the single script; with --format the schema's version is --from")
+	}
+	if f.json {
+		return usagef("--json is for the single script; --format writes files")
+	}
+	if !slices.Contains(migrations.Formats, migrations.Format(f.format)) {
+		return usagef("--format %q: want goose, golang-migrate, atlas or plain", f.format)
+	}
+	to := f.to
+	if to == 0 {
+		to = migrations.Latest().Version()
+	}
+	files, err := migrations.ToolFiles(schema, migrations.Format(f.format), f.from, to)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if f.out == "" {
+		for _, file := range files {
+			if _, err := fmt.Fprintf(e.stdout, "-- file: %s\n%s\n", file.Name, file.Body); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	wrote, err := migrations.WriteToolFiles(f.out, migrations.Format(f.format), files)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "wrote %d files for %s to %s (schema %s, version %d to %d):\n", len(wrote), f.format, f.out, schema, f.from, to)
+	for _, name := range wrote {
+		fmt.Fprintf(e.stdout, "  %s\n", name)
+	}
+	return nil
 }

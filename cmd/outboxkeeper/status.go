@@ -15,7 +15,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
-	migrations "github.com/outboxkeeper/outboxkeeper/shared/migrations"
+	"github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )

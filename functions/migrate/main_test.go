@@ -318,3 +318,77 @@ func TestSilentResponseURLUnderRIEStillLogs(t *testing.T) {
 		t.Errorf("log line responded=%v response_error=%v, want false and no answer within ...", line["responded"], line["response_error"])
 	}
 }
+
+// rollbackEvent is the Update CloudFormation sends when it rolls a failed
+// deployment back: the previous build's properties (CodeVersion :2) as
+// ResourceProperties, the failed one's (:3) as OldResourceProperties.
+func (r *responseURL) rollbackEvent(t *testing.T, schema string) (cfn.Event, []byte) {
+	t.Helper()
+	ev, _ := r.event(t, "update", schema)
+	ev.ResourceProperties, ev.OldResourceProperties = ev.OldResourceProperties, ev.ResourceProperties
+	ev.OldResourceProperties["OutboxSchema"] = schema
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev, payload
+}
+
+// schemaMigrations is the schema's record, row for row.
+func schemaMigrations(t *testing.T, db *testdb.DB, schema string) string {
+	t.Helper()
+	var rows string
+	err := db.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(name || ' ' || checksum || ' ' || applied_at, E'\n' ORDER BY name), '') FROM `+schema+`.schema_migrations`).Scan(&rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// A rollback Update applies nothing and answers SUCCESS with the version
+// the schema is at: after a later resource failed, the schema stays at the
+// newer version; after the migration itself failed (here: the newest
+// migration not recorded), it stays behind rather than being tried again.
+func TestRollbackUpdateAppliesNothingUnderRIE(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	r := newResponseURL(t)
+	fn := start(t, map[string]string{"DATABASE_URL": db.URL, "OUTBOX_SCHEMA": "rolled"})
+	all, err := migrate.Load("rolled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest, previous := all[len(all)-1], all[len(all)-2]
+	_, payload := r.event(t, "create", "rolled")
+	if p := invoke(t, fn, r, payload); !strings.Contains(p.Body, `"Status":"SUCCESS"`) {
+		t.Fatalf("Create: %s", p.Body)
+	}
+
+	t.Run("after a later failure", func(t *testing.T) {
+		before := schemaMigrations(t, db, "rolled")
+		ev, payload := r.rollbackEvent(t, "rolled")
+		p := invoke(t, fn, r, payload)
+		checkPUT(t, p, ev)
+		if w := want(ev, "SUCCESS", ev.PhysicalResourceID, "", map[string]string{"Applied": "0", "SchemaVersion": latest.Name}); p.Body != w {
+			t.Errorf("the rollback's response:\n got %s\nwant %s", p.Body, w)
+		}
+		if after := schemaMigrations(t, db, "rolled"); after != before {
+			t.Errorf("the rollback changed schema_migrations:\nbefore %s\nafter  %s", before, after)
+		}
+	})
+
+	t.Run("after the migration failed", func(t *testing.T) {
+		if _, err := db.Pool.Exec(context.Background(), `DELETE FROM rolled.schema_migrations WHERE name = $1`, latest.Name); err != nil {
+			t.Fatal(err)
+		}
+		before := schemaMigrations(t, db, "rolled")
+		ev, payload := r.rollbackEvent(t, "rolled")
+		p := invoke(t, fn, r, payload)
+		if w := want(ev, "SUCCESS", ev.PhysicalResourceID, "", map[string]string{"Applied": "0", "SchemaVersion": previous.Name}); p.Body != w {
+			t.Errorf("the rollback's response:\n got %s\nwant %s", p.Body, w)
+		}
+		if after := schemaMigrations(t, db, "rolled"); after != before {
+			t.Errorf("the rollback applied a migration:\nbefore %s\nafter  %s", before, after)
+		}
+	})
+}

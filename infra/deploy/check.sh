@@ -1,71 +1,36 @@
 #!/usr/bin/env bash
-# Template checks (docs/design.md §8): cfn-lint must print nothing, and
-# `sam build` must produce five ELF arm64 bootstrap binaries (fill, sweep,
-# compensate, prune and migrate).
+# Template checks (docs/design.md §8):
+#   - cfn-lint prints nothing on template.yaml, with its defaults and with
+#     each parameter combination of infra/deploy/combinations.txt;
+#   - under each combination the SAM transform's own output carries the
+#     account-policy knobs (infra/deploy/transformed.py);
+#   - `sam build` produces five ELF arm64 bootstrap binaries (fill, sweep,
+#     compensate, prune and migrate);
+#   - the release's SAM artifacts (that build, with the Serverless
+#     Application Repository metadata completed: infra/cmd/release) pass
+#     cfn-lint too, and SAM's own metadata validation.
 #
-# Tools come from infra/deploy/requirements.txt, installed into the
-# git-ignored venv .local/venv; it is rebuilt only when that file changes
-# (a stamp holds the file's hash). Apart from that install (PyPI, and the Go
-# module proxy for go build) nothing here touches the network or AWS.
+# Tools come from infra/deploy/requirements.txt (infra/deploy/venv.sh).
+# Apart from that install (PyPI, and the Go module proxy for go build)
+# nothing here touches the network or AWS.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 
-REQ="infra/deploy/requirements.txt"
-VENV=".local/venv"
-STAMP="$VENV/.requirements.sha256"
 BUILD_DIR=".local/sam-build"
+RELEASE_CHECK_DIR=".local/release-check"
 FUNCTIONS=(FillFunction SweepFunction CompensateFunction PruneFunction MigrateFunction)
-PYTHON="${PYTHON:-python3}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'check.sh: %s\n' "$*" >&2; exit 1; }
 
-# --- tools -----------------------------------------------------------------
-want="$(sha256sum "$REQ" | cut -d' ' -f1)"
-have="$(cat "$STAMP" 2>/dev/null || true)"
-if [[ "$want" != "$have" || ! -x "$VENV/bin/sam" || ! -x "$VENV/bin/cfn-lint" ]]; then
-	if [[ "$PYTHON" == python3 ]]; then
-		NEED_WHO=check.sh bash infra/stack/need.sh python-venv || exit 1
-	fi
-	log "installing $(grep -v '^#' "$REQ" | xargs) into $VENV"
-	# Start clean: a half-upgraded venv can mix incompatible versions.
-	rm -rf "$VENV"
-	mkdir -p .local
-	"$PYTHON" -m venv "$VENV"
-	"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ"
-	# Written last, so an interrupted install is redone next time.
-	echo "$want" >"$STAMP"
-fi
-export PATH="$ROOT/$VENV/bin:$PATH"
-# No telemetry. (SAM's weekly "newer version" look-up goes to PyPI with a
-# 5 s timeout and is ignored when it fails, so it cannot break the check.)
-export SAM_CLI_TELEMETRY=0
-
-# --- cfn-lint: no errors and no warnings --------------------------------------
-log "cfn-lint $(cfn-lint --version 2>&1 | awk '{print $NF}') template.yaml"
-# cfn-lint's exit code is a bit mask that ignores informational findings;
-# any output at all is a finding, so the check fails on output too.
-set +e
-lint_out="$(cfn-lint template.yaml 2>&1)"
-lint_rc=$?
-set -e
-if [[ $lint_rc -ne 0 || -n "$lint_out" ]]; then
-	printf '%s\n' "$lint_out" >&2
-	die "cfn-lint reported findings (exit $lint_rc)"
-fi
+# shellcheck source=venv.sh
+source infra/deploy/venv.sh
 
 # --- sam build ----------------------------------------------------------------
-# --build-in-source: for BuildMethod makefile SAM otherwise copies the whole
-# CodeUri (the repository root) into a scratch dir first, including .local/
-# (a PostgreSQL data dir owned by another user, the venv) and node_modules:
-# slow, and it fails on unreadable files. make runs in the checkout instead.
 # The build dir lives under .local so a user's own .aws-sam is left alone.
-log "sam build ($(sam --version | awk '{print $NF}'))"
-rm -rf "$BUILD_DIR"
-sam build --template-file template.yaml --build-dir "$BUILD_DIR" \
-	--build-in-source --parallel >&2
+sam_build "$BUILD_DIR"
 
 # --- artifacts: ELF, 64-bit, little-endian, AArch64 -----------------------------
 # Read the header bytes directly: `file` is not on every machine.
@@ -81,4 +46,33 @@ for fn in "${FUNCTIONS[@]}"; do
 	[[ -x "$bin" ]] || die "$bin is not executable"
 	log "$fn: ELF aarch64, $(wc -c <"$bin") bytes"
 done
-log "template checks passed"
+
+# --- the release's SAM artifacts -------------------------------------------------
+# The same packaging `make release` does, without the CLI builds (the Go
+# test of infra/cmd/release builds one, make release all four).
+go run ./infra/cmd/release -targets "" -sam-build "$BUILD_DIR" -out "$RELEASE_CHECK_DIR"
+(cd "$RELEASE_CHECK_DIR" && sha256sum --quiet -c SHA256SUMS) || die "the release's checksums do not verify"
+
+# --- cfn-lint: no errors and no warnings, on every combination and the release --
+# transformed.py checks the SAM transform under each combination and
+# renders the template with the combination's values as the defaults;
+# cfn-lint then lints them all, the template itself and the release's.
+COMBINATIONS_DIR=".local/template-combinations"
+rm -rf "$COMBINATIONS_DIR"
+names="$(python infra/deploy/transformed.py template.yaml infra/deploy/combinations.txt "$COMBINATIONS_DIR")" ||
+	die "the SAM transform under a combination lacks a knob (above)"
+combinations=$(wc -w <<<"$names")
+[[ $combinations -ge 3 ]] || die "infra/deploy/combinations.txt has $combinations combinations, want all off, all on and mixed ones"
+log "cfn-lint $(cfn-lint --version 2>&1 | awk '{print $NF}'): template.yaml, its $combinations combinations ($(xargs <<<"$names")) and the release's"
+lint_all template.yaml "$COMBINATIONS_DIR"/*.yaml "$RELEASE_CHECK_DIR/sam/template.yaml"
+
+# What `sam publish` checks before it uploads anything.
+python - "$RELEASE_CHECK_DIR/sam/template.yaml" <<'PY' || die "sam publish would refuse the release template's metadata"
+import sys
+from samcli.yamlhelper import yaml_parse
+from samcli.vendor.serverlessrepo.parser import get_app_metadata
+with open(sys.argv[1]) as f:
+    meta = get_app_metadata(yaml_parse(f.read()))
+meta.validate(["name", "description", "author", "semantic_version"])
+PY
+log "template checks passed ($combinations parameter combinations)"

@@ -3,6 +3,8 @@ package migrateresource
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/cfn"
@@ -20,6 +22,32 @@ func applies(rt cfn.RequestType) (apply, known bool) {
 		return false, true
 	}
 	return false, false
+}
+
+// rollingBack says whether an Update is CloudFormation rolling a failed
+// deployment back: it sends the previous properties as ResourceProperties
+// and the failed deployment's as OldResourceProperties. CodeVersion is the
+// migrate function's published version, whose number only grows (every
+// new build publishes the next), so a lower one than the old properties'
+// is the way back. A rollback applies nothing: after a failed migration
+// the schema is still where the older build expects it, and trying that
+// migration again would most likely fail again and leave the stack in
+// UPDATE_ROLLBACK_FAILED; after a later failure everything is applied.
+func rollingBack(ev cfn.Event) bool {
+	if ev.RequestType != cfn.RequestUpdate {
+		return false
+	}
+	to, ok1 := codeVersion(ev.ResourceProperties)
+	from, ok2 := codeVersion(ev.OldResourceProperties)
+	return ok1 && ok2 && to < from
+}
+
+// codeVersion is the number at the end of a CodeVersion property (a
+// function version ARN, ...:function:name:7, or the bare number).
+func codeVersion(props map[string]any) (int, bool) {
+	s, _ := props["CodeVersion"].(string)
+	n, err := strconv.Atoi(s[strings.LastIndexByte(s, ':')+1:])
+	return n, err == nil
 }
 
 // physicalID names the resource: one per schema, the same on every

@@ -55,3 +55,30 @@ func TestPhysicalIDIsStable(t *testing.T) {
 		}
 	}
 }
+
+func TestRollingBackIsAnUpdateToALowerCodeVersion(t *testing.T) {
+	arn := "arn:aws:lambda:us-east-1:123456789012:function:outboxkeeper-MigrateFunction-Ab12:"
+	cases := []struct {
+		name     string
+		rt       cfn.RequestType
+		to, from string
+		want     bool
+	}{
+		{"a new build", cfn.RequestUpdate, arn + "3", arn + "2", false},
+		{"the way back", cfn.RequestUpdate, arn + "2", arn + "3", true},
+		{"past ten", cfn.RequestUpdate, arn + "9", arn + "10", true},
+		{"the same version (another property changed)", cfn.RequestUpdate, arn + "3", arn + "3", false},
+		{"not a version", cfn.RequestUpdate, "1", "x", false},
+		{"a Create", cfn.RequestCreate, arn + "2", arn + "3", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ev := cfn.Event{RequestType: c.rt,
+				ResourceProperties:    map[string]any{"CodeVersion": c.to},
+				OldResourceProperties: map[string]any{"CodeVersion": c.from}}
+			if got := rollingBack(ev); got != c.want {
+				t.Errorf("rollingBack = %v, want %v", got, c.want)
+			}
+		})
+	}
+}

@@ -55,10 +55,15 @@ func (s *Service) RunOnce(ctx context.Context, ev cfn.Event) *Result {
 		PhysicalResourceID: res.PhysicalResourceID,
 	}
 	apply, known := applies(ev.RequestType)
+	res.Rollback = rollingBack(ev)
 	var err error
 	switch {
 	case !known:
 		err = fmt.Errorf("unknown RequestType %q (want Create, Update or Delete)", ev.RequestType)
+	case res.Rollback:
+		// Nothing applied, and the rollback never fails on the database:
+		// the version it reports is read if it can be.
+		res.Version = s.current(ctx, res)
 	case apply:
 		err = s.apply(ctx, res)
 	}
@@ -66,6 +71,8 @@ func (s *Service) RunOnce(ctx context.Context, ev cfn.Event) *Result {
 		resp.Status = cfn.StatusFailed
 		resp.Reason = reason(s.cfg.Schema, err)
 	} else if apply {
+		// A rollback answers the same attributes: the stack's outputs read
+		// SchemaVersion whichever way the deployment goes.
 		resp.Data = map[string]any{"SchemaVersion": res.Version, "Applied": fmt.Sprint(len(res.Applied))}
 	}
 	res.Status, res.Reason = string(resp.Status), resp.Reason
@@ -116,6 +123,48 @@ func (s *Service) apply(ctx context.Context, res *Result) error {
 	res.Applied, res.AlreadyApplied = append(res.Applied, r.Applied...), len(r.Skipped)
 	res.Version = migrations.Latest().Name
 	return nil
+}
+
+// current is the schema's highest recorded migration, read without
+// changing anything; "unknown" when it cannot be read (the reason is
+// logged as read_error).
+func (s *Service) current(ctx context.Context, res *Result) string {
+	v, err := s.readCurrent(ctx)
+	if err != nil {
+		res.ReadError = err.Error()
+		return "unknown"
+	}
+	return v
+}
+
+func (s *Service) readCurrent(ctx context.Context) (string, error) {
+	if s.opts.Misconfigured != nil {
+		return "", s.opts.Misconfigured
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-ResponseReserve))
+		defer cancel()
+	}
+	db, err := s.open(ctx)
+	if err != nil {
+		return "", fmt.Errorf("log in: %w", err)
+	}
+	defer db.Close()
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	st, err := migrations.ReadStatus(ctx, tx, s.cfg.Schema)
+	if err != nil {
+		return "", err
+	}
+	cur, ok := st.Current()
+	if !ok {
+		return "none", nil
+	}
+	return cur.Name, nil
 }
 
 // reason is the Reason of a FAILED response: what CloudFormation shows in

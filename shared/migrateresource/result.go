@@ -21,8 +21,13 @@ type Result struct {
 	Applied        []string `json:"applied"`
 	AlreadyApplied int      `json:"already_applied"`
 	// Version is the schema's last migration after a successful Create
-	// or Update.
+	// or Update; after a rollback, the highest one recorded ("unknown"
+	// when it could not be read: ReadError says why).
 	Version string `json:"version,omitempty"`
+	// Rollback: an Update back to an older build (CodeVersion lower than
+	// the old properties'), which applies nothing.
+	Rollback  bool   `json:"rollback,omitempty"`
+	ReadError string `json:"read_error,omitempty"`
 	// Attempts counts the migrator's transactions: more than 1 when one
 	// ran out of lock_timeout behind a long transaction and was retried.
 	Attempts int `json:"attempts,omitempty"`

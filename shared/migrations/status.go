@@ -106,6 +106,11 @@ func ReadStatus(ctx context.Context, q store.Querier, schema string) (*Status, e
 	if err != nil {
 		return nil, err
 	}
+	return readStatus(ctx, q, schema, list)
+}
+
+// readStatus is ReadStatus for a build whose migrations are list.
+func readStatus(ctx context.Context, q store.Querier, schema string, list []Migration) (*Status, error) {
 	table := pgx.Identifier{schema, "schema_migrations"}.Sanitize()
 	recorded := map[string]recordedRow{}
 	rows, err := q.Query(ctx, `SELECT to_jsonb(m) FROM `+table+` AS m`)

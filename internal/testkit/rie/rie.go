@@ -1,7 +1,7 @@
 // Package rie runs a Lambda function's bootstrap under aws-lambda-rie (the
 // Runtime Interface Emulator) and invokes it over rie's HTTP endpoint, as
 // Lambda's Invoke API would. It is the one implementation of these mechanics:
-// the demo driver (infra/local) and the test harness (internal/lambdatest)
+// the demo driver (infra/local) and the test harness (internal/testkit/lambdatest)
 // are thin layers over it.
 //
 //	f, err := rie.Start(ctx, rie.Spec{RIE: rieBin, Bootstrap: bin, Env: env})

@@ -75,7 +75,7 @@ func New(t testing.TB) *DB {
 }
 
 // NewOn is New on the cluster adminURL names (a superuser's login to one
-// of its databases), which a test started itself (internal/testcluster):
+// of its databases), which a test started itself (internal/testkit/testcluster):
 // always straight to that server, never through PgBouncer.
 func NewOn(t testing.TB, adminURL string) *DB {
 	t.Helper()
