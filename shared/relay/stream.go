@@ -1,0 +1,289 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/target"
+)
+
+// sendTimeout bounds one send inside the pass budget: a target that
+// accepts a connection and never answers costs the pass that much, then
+// it tries again, rather than its whole budget.
+const sendTimeout = 10 * time.Second
+
+// maxErrorText bounds an error kept in relay_parked.
+const maxErrorText = 1000
+
+// step is where a batch step left the stream.
+type step int
+
+const (
+	// idle: nothing to read after the position.
+	idle step = iota
+	// progress: a batch went through; look again at once.
+	progress
+	// failed: some of the batch in hand was not sent; wait, then send it
+	// again.
+	failed
+)
+
+// stream is one pass's place in the stream: the position, the batch in
+// hand and the events the target refused that are not parked yet.
+type stream struct {
+	s   *Service
+	res *Result
+
+	position int64
+	cur      *batch
+	// failing is every event refused and not parked, with its attempts
+	// (its relay_parked row).
+	failing map[int64]int
+	// failures counts failed sends in a row, for the backoff.
+	failures int
+}
+
+// batch is what one read_events call returned, and where each event
+// stands.
+type batch struct {
+	from    int64
+	entries []entry
+	// full says the read returned a whole page: more is waiting.
+	full  bool
+	began time.Time
+}
+
+func newStream(s *Service, res *Result) *stream {
+	return &stream{s: s, res: res, failing: map[int64]int{}}
+}
+
+// step is one batch: read one (unless one is in hand), send what of it is
+// not sent yet, record the refusals, and commit the position over what is
+// resolved. sendBy bounds the send (the pass budget).
+func (st *stream) step(ctx context.Context, q store.Querier, sendBy time.Time) (step, error) {
+	if st.cur == nil {
+		n, err := st.read(ctx, q)
+		if err != nil || n == 0 {
+			return idle, err
+		}
+	}
+	if err := st.send(ctx, q, sendBy); err != nil {
+		return 0, err
+	}
+	if hook := st.s.afterSend; hook != nil {
+		hook()
+	}
+	if err := st.commit(ctx, q); err != nil {
+		return 0, err
+	}
+	if st.cur != nil {
+		st.failures++
+		return failed, nil
+	}
+	st.failures = 0
+	return progress, nil
+}
+
+// read takes the next batch after the position, through read_events: never
+// past a sequence whose writer may still commit.
+func (st *stream) read(ctx context.Context, q store.Querier) (int, error) {
+	rows, err := st.s.events.ReadContiguous(ctx, q, st.position, st.s.cfg.BatchLimit)
+	if err != nil {
+		return 0, err
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	events := make([]event, len(rows))
+	for i, r := range rows {
+		events[i] = event{Sequence: r.Sequence, Topic: r.Topic, Payload: r.Payload, Headers: r.Headers, RecordedAt: r.RecordedAt, FilledBy: r.FilledBy}
+	}
+	st.cur = &batch{from: st.position, entries: st.s.plan(events), full: len(rows) == st.s.cfg.BatchLimit, began: st.s.opts.Now()}
+	for i := range st.cur.entries {
+		if st.cur.entries[i].state == skipped {
+			st.res.Skipped++
+		}
+	}
+	return len(rows), nil
+}
+
+// send sends the batch's entries not sent yet, in order within each group,
+// and records the target's refusals of events (their attempts, parking
+// those that reached RELAY_MAX_ATTEMPTS).
+func (st *stream) send(ctx context.Context, q store.Querier, sendBy time.Time) error {
+	entries := st.cur.entries
+	idx, refused := toSend(entries)
+	if len(idx) > 0 {
+		msgs := make([]target.Message, len(idx))
+		for k, i := range idx {
+			msgs[k] = entries[i].msg
+		}
+		sctx, cancel := context.WithDeadline(ctx, earliest(sendBy, st.s.opts.Now().Add(sendTimeout)))
+		r := st.s.sender.Send(sctx, msgs)
+		cancel()
+		st.res.Calls += r.Calls
+		before := countSent(entries)
+		more, transient := settle(entries, idx, r.Outcomes)
+		refused = append(refused, more...)
+		st.res.Sent += int64(countSent(entries) - before)
+		st.res.Transient += int64(transient)
+		for k, o := range r.Outcomes {
+			if o.Status == target.Transient {
+				st.res.LastError = fmt.Sprintf("sequence %d: %s: %s", entries[idx[k]].seq, o.Code, o.Message)
+				break
+			}
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	return st.refuse(ctx, q, refused)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func countSent(entries []entry) int {
+	n := 0
+	for i := range entries {
+		if entries[i].state == sent {
+			n++
+		}
+	}
+	return n
+}
+
+// refuse records one try more of each refused event, in one statement,
+// and parks those whose attempts reached RELAY_MAX_ATTEMPTS.
+func (st *stream) refuse(ctx context.Context, q store.Querier, refused []refusal) error {
+	entries := st.cur.entries
+	n := len(refused)
+	seqs, topics, attempts, errs, park := make([]int64, n), make([]string, n), make([]int32, n), make([]string, n), make([]bool, n)
+	at, why := make(map[int64]int, n), make(map[int64]string, n)
+	for k, r := range refused {
+		en := &entries[r.index]
+		a, p := tryOutcome(st.failing[en.seq], st.s.cfg.MaxAttempts)
+		seqs[k], topics[k], attempts[k], errs[k], park[k] = en.seq, en.topic, int32(a), errorText(r.code, r.message), p
+		at[en.seq], why[en.seq] = r.index, errs[k]
+	}
+	rows, err := q.Query(ctx, st.s.sql.recordRefusals, pgx.NamedArgs{
+		"relay": st.s.cfg.Name, "sequences": seqs, "topics": topics, "attempts": attempts, "errors": errs, "park": park,
+	})
+	if err != nil {
+		return fmt.Errorf("record %d refused events: %w", n, err)
+	}
+	type row struct {
+		Sequence int64
+		Attempts int
+		Parked   bool
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		return fmt.Errorf("record %d refused events: %w", n, err)
+	}
+	for _, r := range got {
+		i, ok := at[r.Sequence]
+		if !ok {
+			continue
+		}
+		en := &entries[i]
+		st.res.Refused++
+		msg := why[r.Sequence]
+		if r.Parked {
+			en.state = parked
+			delete(st.failing, r.Sequence)
+			st.res.Parked++
+			st.s.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: parked an event the target refused",
+				slog.String("relay", st.s.cfg.Name), slog.Int64("sequence", r.Sequence), slog.String("topic", en.topic),
+				slog.Int("attempts", r.Attempts), slog.String("error", msg))
+			continue
+		}
+		st.failing[r.Sequence] = r.Attempts
+		st.res.LastError = fmt.Sprintf("sequence %d: %s", r.Sequence, msg)
+	}
+	return nil
+}
+
+// errorText is a refusal as relay_parked keeps it: code, then message,
+// cut to maxErrorText bytes on a character boundary.
+func errorText(code, message string) string {
+	s := code
+	if message != "" {
+		s += ": " + message
+	}
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut]
+}
+
+// commit moves the position over what of the batch is resolved, and drops
+// the batch once all of it is.
+func (st *stream) commit(ctx context.Context, q store.Querier) error {
+	b := st.cur
+	if pos := advance(b.from, b.entries); pos > st.position {
+		stored, err := st.s.consumrs.Commit(ctx, q, st.s.consumer, pos)
+		if err != nil {
+			return err
+		}
+		st.position = max(pos, stored)
+		if err := st.forget(ctx, q); err != nil {
+			return err
+		}
+	}
+	if resolved(b.entries) {
+		st.res.Batches++
+		st.res.MaxBatchMS = max(st.res.MaxBatchMS, st.s.opts.Now().Sub(b.began).Milliseconds())
+		st.cur = nil
+	}
+	return nil
+}
+
+// forget deletes the rows of refused events the position has passed
+// without parking them: they were sent after all.
+func (st *stream) forget(ctx context.Context, q store.Querier) error {
+	stale := false
+	for seq := range st.failing {
+		if seq <= st.position {
+			stale = true
+			delete(st.failing, seq)
+		}
+	}
+	if !stale {
+		return nil
+	}
+	if _, err := q.Exec(ctx, st.s.sql.forgetRefusals, pgx.NamedArgs{"relay": st.s.cfg.Name, "position": st.position}); err != nil {
+		return fmt.Errorf("forget refused events sent since: %w", err)
+	}
+	return nil
+}
+
+// stoppedAt is the first event of the batch in hand not resolved, and
+// whether the target refused it for itself (rather than failing
+// transiently): where the stream stands still.
+func (st *stream) stoppedAt() (seq int64, refused, ok bool) {
+	if st.cur == nil {
+		return 0, false, false
+	}
+	for i := range st.cur.entries {
+		en := &st.cur.entries[i]
+		if !en.state.resolved() {
+			_, refused = st.failing[en.seq]
+			return en.seq, refused || en.bad != "", true
+		}
+	}
+	return 0, false, false
+}
