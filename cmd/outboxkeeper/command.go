@@ -21,11 +21,9 @@ type command struct {
 	// and what a person needs to know to use it well.
 	help string
 	// flags declares the command's flags on fs and returns what run
-	// reads; nil for none.
+	// reads; nil for none. A command takes flags only, no arguments.
 	flags func(fs *flag.FlagSet) any
-	// usage is the argument part of the usage line, after the flags.
-	usage string
-	run   func(ctx context.Context, e *env, opts any, args []string) error
+	run   func(ctx context.Context, e *env, opts any) error
 	sub   []*command
 }
 
@@ -94,7 +92,11 @@ func (c *command) dispatch(ctx context.Context, e *env, parents []string, args [
 		c.usageLine(e, parents, err.Error())
 		return exitUsage
 	}
-	err := c.run(ctx, e, opts, fs.Args())
+	if rest := fs.Args(); len(rest) > 0 {
+		c.usageLine(e, parents, fmt.Sprintf("unexpected argument %q", rest[0]))
+		return exitUsage
+	}
+	err := c.run(ctx, e, opts)
 	var u *usageError
 	var r *refusal
 	switch {
@@ -143,7 +145,7 @@ func (c *command) printHelp(w io.Writer, parents []string) {
 		fmt.Fprintf(w, "\n%s\n", loginHelp)
 		return
 	}
-	fmt.Fprintf(w, "Usage: %s\n\n%s\n", strings.TrimSpace(name+" [flags] "+c.usage), strings.TrimSpace(c.help))
+	fmt.Fprintf(w, "Usage: %s [flags]\n\n%s\n", name, strings.TrimSpace(c.help))
 	if c.flags != nil {
 		fs := flag.NewFlagSet(name, flag.ContinueOnError)
 		c.flags(fs)

@@ -43,10 +43,7 @@ dead rows after PRUNE_DEAD_AFTER (default 168h).`,
 		fs.IntVar(&f.limit, "limit", 50, "at most this many rows")
 		return f
 	},
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*deadListFlags)
 		if f.limit < 1 || f.limit > 10000 {
 			return usagef("--limit %d: must be between 1 and 10000", f.limit)
@@ -144,10 +141,7 @@ Exit status 3 when an --id was not reset (not dead any more, or no such row).`,
 		fs.IntVar(&f.limit, "limit", 10000, "with --all: at most this many rows in this run")
 		return f
 	},
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*deadRetryFlags)
 		switch {
 		case len(f.ids) == 0 && !f.all:

@@ -183,10 +183,7 @@ redrive policy of its own, so nothing moves or expires because of it.
 
 ` + queueHelp,
 	flags: func(fs *flag.FlagSet) any { f := &dlqFlags{}; addDLQFlags(fs, f, 100); return f },
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*dlqFlags)
 		_, dlq := f.urls(e)
 		if dlq == "" {
@@ -248,10 +245,7 @@ Exit status 3 when bad input was left in the DLQ.
 		fs.BoolVar(&f.dryRun, "dry-run", false, "show what would move, move nothing")
 		return f
 	},
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*dlqRedriveFlags)
 		queue, dlq := f.urls(e)
 		if dlq == "" || queue == "" {

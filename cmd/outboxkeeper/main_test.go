@@ -139,9 +139,7 @@ func TestMigrateUpAndStatus(t *testing.T) {
 	}
 
 	// A file changed after it was applied: status says so, up refuses.
-	if _, err := db.Pool.Exec(context.Background(), `UPDATE cli_outbox.schema_migrations SET checksum = 'ab' || checksum WHERE name = $1`, all[1].Name); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `UPDATE cli_outbox.schema_migrations SET checksum = 'ab' || checksum WHERE name = $1`, all[1].Name)
 	code, out, _ = cli(t, vars, "migrate", "status")
 	if code != exitAttention || stateIn(out, all[1].Name) != "changed" {
 		t.Errorf("status with a changed file exits %d:\n%s", code, out)

@@ -69,10 +69,7 @@ database) the first time. Afterwards set up the roles, as the owner:
 	run: runMigrateUp,
 }
 
-func runMigrateUp(ctx context.Context, e *env, opts any, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
+func runMigrateUp(ctx context.Context, e *env, opts any) error {
 	f := opts.(*upFlags)
 	l, err := connect(ctx, e, f.schema)
 	if err != nil {
@@ -152,10 +149,7 @@ they would refuse to start (the reason is printed), 1 on an error.`,
 		fs.BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
 		return f
 	},
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*statusFlags)
 		l, err := connect(ctx, e, f.schema)
 		if err != nil {
@@ -312,10 +306,7 @@ tool's commands.`,
 		fs.StringVar(&f.out, "out", "", "with --format: the directory to write the files into (default: print them)")
 		return f
 	},
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*printFlags)
 		schema, err := schemaOf(e, f.schema)
 		if err != nil {

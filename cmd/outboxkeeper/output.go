@@ -134,11 +134,3 @@ func orDash(s string) string {
 	}
 	return s
 }
-
-// noArgs refuses positional arguments.
-func noArgs(args []string) error {
-	if len(args) > 0 {
-		return usagef("unexpected argument %q", args[0])
-	}
-	return nil
-}

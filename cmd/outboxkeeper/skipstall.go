@@ -83,22 +83,10 @@ type skipPlan struct {
 	Reason   string         `json:"reason"`
 }
 
-func runSkipStall(ctx context.Context, e *env, opts any, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
+func runSkipStall(ctx context.Context, e *env, opts any) error {
 	f := opts.(*skipFlags)
-	f.reason, f.operator = strings.TrimSpace(f.reason), strings.TrimSpace(f.operator)
-	switch {
-	case f.to < 1:
-		return usagef("--to: the sequence to skip up to (a positive number) is required")
-	case f.reason == "":
-		return usagef("--reason: why, for the record, is required")
-	}
-	if f.operator == "" {
-		if f.operator = defaultOperator(e); f.operator == "" {
-			return usagef("--operator: who, for the record, is required when $USER is not set")
-		}
+	if err := f.check(e); err != nil {
+		return err
 	}
 	l, err := connect(ctx, e, f.schema)
 	if err != nil {
@@ -107,29 +95,8 @@ func runSkipStall(ctx context.Context, e *env, opts any, args []string) error {
 	defer l.pool.Close()
 	q := l.bounded(&f.dbFlags)
 	schema := store.MustSchema(l.schema)
-
-	st, err := fill.ReadStatus(ctx, q, schema)
+	plan, err := planSkip(ctx, q, schema, f)
 	if err != nil {
-		return err
-	}
-	plan := skipPlan{Watermark: st.Watermark, Head: st.Head, To: f.to, Operator: f.operator, Reason: f.reason}
-	switch {
-	case !st.Started:
-		return refusef("the fill has not anchored its watermark yet: there is no stall to skip")
-	case f.to > st.Head:
-		return refusef("--to %d is above the allocation head %d: it was never allocated", f.to, st.Head)
-	case f.to <= st.Watermark:
-		return refusef("nothing to skip: the fill watermark is already at %d", st.Watermark)
-	}
-	// Every writer of a sequence at or below the cycle's marker head has an
-	// xid older than its marker (§3.1, §3.2); beyond it, any session with
-	// an xid now may hold one.
-	if c := st.Cycle; c != nil && c.Marker != nil && f.to <= c.MarkerHead {
-		plan.Marker = *c.Marker
-	} else if plan.Marker, err = fill.NextXID(ctx, q); err != nil {
-		return err
-	}
-	if plan.Sessions, err = fill.Blockers(ctx, q, plan.Marker); err != nil {
 		return err
 	}
 
@@ -148,7 +115,7 @@ func runSkipStall(ctx context.Context, e *env, opts any, args []string) error {
 	if err != nil {
 		return err
 	}
-	skip, err := store.NewSkips(schema).Skip(ctx, q, f.to, f.reason, f.operator, sessions)
+	skip, err := store.NewSkips(schema).Skip(ctx, q, store.SkipParams{To: f.to, Reason: f.reason, Operator: f.operator, Sessions: sessions})
 	if err != nil {
 		return explainSkipError(err, l.schema)
 	}
@@ -165,6 +132,53 @@ func runSkipStall(ctx context.Context, e *env, opts any, args []string) error {
 	_, err = fmt.Fprintf(e.stdout, ", the rest was present\nrecorded as stall_skips id %d: %s as %s at %s, %q\nthe fill's watermark passes them at its next tick ('outboxkeeper status')\n",
 		skip.ID, skip.Operator, skip.DBUser, stamp(&skip.SkippedAt), skip.Reason)
 	return err
+}
+
+// check trims and checks the flags, defaulting the operator to $USER.
+func (f *skipFlags) check(e *env) error {
+	f.reason, f.operator = strings.TrimSpace(f.reason), strings.TrimSpace(f.operator)
+	switch {
+	case f.to < 1:
+		return usagef("--to: the sequence to skip up to (a positive number) is required")
+	case f.reason == "":
+		return usagef("--reason: why, for the record, is required")
+	}
+	if f.operator == "" {
+		if f.operator = defaultOperator(e); f.operator == "" {
+			return usagef("--operator: who, for the record, is required when $USER is not set")
+		}
+	}
+	return nil
+}
+
+// planSkip is what a skip to f.to would do, with the sessions that may
+// still hold a sequence of the range, or a refusal.
+func planSkip(ctx context.Context, q store.Querier, schema store.Schema, f *skipFlags) (skipPlan, error) {
+	st, err := fill.ReadStatus(ctx, q, schema)
+	if err != nil {
+		return skipPlan{}, err
+	}
+	plan := skipPlan{Watermark: st.Watermark, Head: st.Head, To: f.to, Operator: f.operator, Reason: f.reason}
+	switch {
+	case !st.Started:
+		return skipPlan{}, refusef("the fill has not anchored its watermark yet: there is no stall to skip")
+	case f.to > st.Head:
+		return skipPlan{}, refusef("--to %d is above the allocation head %d: it was never allocated", f.to, st.Head)
+	case f.to <= st.Watermark:
+		return skipPlan{}, refusef("nothing to skip: the fill watermark is already at %d", st.Watermark)
+	}
+	// Every writer of a sequence at or below the cycle's marker head has an
+	// xid older than its marker (§3.1, §3.2); beyond it, any session with
+	// an xid now may hold one.
+	if c := st.Cycle; c != nil && c.Marker != nil && f.to <= c.MarkerHead {
+		plan.Marker = *c.Marker
+	} else if plan.Marker, err = fill.NextXID(ctx, q); err != nil {
+		return skipPlan{}, err
+	}
+	if plan.Sessions, err = fill.Blockers(ctx, q, plan.Marker); err != nil {
+		return skipPlan{}, err
+	}
+	return plan, nil
 }
 
 func printPlan(w io.Writer, p skipPlan) error {

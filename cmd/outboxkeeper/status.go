@@ -133,67 +133,20 @@ type finding struct {
 	Next string `json:"next"`
 }
 
-func runStatus(ctx context.Context, e *env, opts any, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
+func runStatus(ctx context.Context, e *env, opts any) error {
 	f := opts.(*outboxStatusFlags)
 	l, err := connect(ctx, e, f.schema)
 	if err != nil {
 		return err
 	}
 	defer l.pool.Close()
-	q := l.bounded(&f.dbFlags)
-	schema := store.MustSchema(l.schema)
-
-	r := &statusReport{Schema: l.schema, Database: l.target, BlockedBy: []fill.Blocker{}}
-	fs, err := fill.ReadStatus(ctx, q, schema)
+	r, err := readStatus(ctx, l, f)
 	if err != nil {
-		return explainMissingSchema(ctx, q, l, err)
-	}
-	ran, err := fillPassEverRan(ctx, q, schema)
-	if err != nil {
-		return explainMissingSchema(ctx, q, l, err)
-	}
-	r.At = fs.Now
-	r.Fill = describeFill(fs, ran)
-	if m := fs.Cycle; m != nil && m.Marker != nil && r.Fill.Waiting == fill.WaitingProof {
-		if r.BlockedBy, err = fill.Blockers(ctx, q, *m.Marker); err != nil {
-			return err
-		}
-	}
-	if r.Deliveries, err = store.NewDeliveryAdmin(schema).Counts(ctx, q, f.stuckAfter); err != nil {
-		return err
-	}
-	if r.Sweep, err = sweep.ReadState(ctx, q, schema); err != nil {
-		return err
-	}
-	if r.Prune, err = prune.ReadState(ctx, q, schema); err != nil {
-		return err
-	}
-	if r.PruneInstalledAt, err = appliedAt(ctx, q, schema, pruneMigration); err != nil {
-		return err
-	}
-	if r.Skips, err = store.NewSkips(schema).Recent(ctx, q, 3); err != nil {
 		return err
 	}
 	if queue, dlq := f.urls(e); queue != "" || dlq != "" {
-		c, err := newSQS(ctx)
-		if err != nil {
+		if r.Queue, r.DLQ, err = queueDepths(ctx, queue, dlq); err != nil {
 			return err
-		}
-		for _, qd := range []struct {
-			url  string
-			into **queueDepth
-		}{{queue, &r.Queue}, {dlq, &r.DLQ}} {
-			if qd.url == "" {
-				continue
-			}
-			d, err := depth(ctx, c, qd.url)
-			if err != nil {
-				return err
-			}
-			*qd.into = &d
 		}
 	}
 	r.Attention = assess(r, f.thresholds)
@@ -212,34 +165,74 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) error {
 	return nil
 }
 
-// fillPassEverRan says whether a fill pass has written fill_state since
-// the migrations did. Every pass's last statement sets updated_at to its
-// transaction's now(); the migration that made the row set it to its own,
-// which is also the applied_at it recorded, and no pass's transaction
-// can share that timestamp with a migration's.
-func fillPassEverRan(ctx context.Context, q store.Querier, schema store.Schema) (bool, error) {
-	var ran bool
-	err := q.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+schema.Table("schema_migrations")+` AS m WHERE m.applied_at = f.updated_at)
-		FROM `+schema.Table("fill_state")+` AS f WHERE f.singleton`).Scan(&ran)
+// readStatus reads the database's side of the status, each part through
+// the statements of the package that owns it.
+func readStatus(ctx context.Context, l *login, f *outboxStatusFlags) (*statusReport, error) {
+	q := l.bounded(&f.dbFlags)
+	schema := store.MustSchema(l.schema)
+	r := &statusReport{Schema: l.schema, Database: l.target, BlockedBy: []fill.Blocker{}}
+	fs, err := fill.ReadStatus(ctx, q, schema)
 	if err != nil {
-		return false, fmt.Errorf("read fill state: %w", err)
+		return nil, explainMissingSchema(ctx, q, l, err)
 	}
-	return ran, nil
+	// Every fill pass's last statement sets fill_state.updated_at to its
+	// transaction's now(); a row no pass has written since carries the
+	// migration's.
+	byMigration, err := migrations.AppliedIn(ctx, q, schema, fs.UpdatedAt)
+	if err != nil {
+		return nil, explainMissingSchema(ctx, q, l, err)
+	}
+	r.At = fs.Now
+	r.Fill = describeFill(fs, !byMigration)
+	if m := fs.Cycle; m != nil && m.Marker != nil && r.Fill.Waiting == fill.WaitingProof {
+		if r.BlockedBy, err = fill.Blockers(ctx, q, *m.Marker); err != nil {
+			return nil, err
+		}
+	}
+	if r.Deliveries, err = store.NewDeliveryAdmin(schema).Counts(ctx, q, f.stuckAfter); err != nil {
+		return nil, err
+	}
+	if r.Sweep, err = sweep.ReadState(ctx, q, schema); err != nil {
+		return nil, err
+	}
+	if r.Prune, err = prune.ReadState(ctx, q, schema); err != nil {
+		return nil, err
+	}
+	if r.PruneInstalledAt, err = migrations.AppliedAt(ctx, q, schema, pruneMigration); err != nil {
+		return nil, err
+	}
+	if r.Skips, err = store.NewSkips(schema).Recent(ctx, q, 3); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// queueDepths reads the report queue's and the DLQ's depths, nil for a
+// queue whose URL is not known.
+func queueDepths(ctx context.Context, queue, dlq string) (q, d *queueDepth, err error) {
+	c, err := newSQS(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	read := func(url string) (*queueDepth, error) {
+		if url == "" {
+			return nil, nil
+		}
+		qd, err := depth(ctx, c, url)
+		return &qd, err
+	}
+	if q, err = read(queue); err != nil {
+		return nil, nil, err
+	}
+	if d, err = read(dlq); err != nil {
+		return nil, nil, err
+	}
+	return q, d, nil
 }
 
 // pruneMigration made prune_state: a prune pass is due from when it was
 // applied.
 const pruneMigration = "0008_prune_state.sql"
-
-// appliedAt is when migration name was applied, nil if it was not.
-func appliedAt(ctx context.Context, q store.Querier, schema store.Schema, name string) (*time.Time, error) {
-	var at *time.Time
-	err := q.QueryRow(ctx, `SELECT max(applied_at) FROM `+schema.Table("schema_migrations")+` WHERE name = $1`, name).Scan(&at)
-	if err != nil {
-		return nil, fmt.Errorf("read schema_migrations: %w", err)
-	}
-	return at, nil
-}
 
 // explainMissingSchema turns a statement that found no outbox table or
 // function (an unmigrated or half-migrated database) into what to do:
@@ -393,41 +386,7 @@ func printStatusReport(w io.Writer, r *statusReport, th thresholds) error {
 	fr := r.Fill
 	fmt.Fprintf(w, "schema %s on %s, at %s\n\n", r.Schema, r.Database, stamp(&r.At))
 
-	fmt.Fprintln(w, "FILL")
-	fmt.Fprintf(w, "  watermark %d   head %d   lag %d\n", fr.Watermark, fr.Head, fr.Lag)
-	switch fr.Waiting {
-	case "start":
-		fmt.Fprintln(w, "  not started: no fill pass has anchored the watermark yet")
-		if fr.Lag > 0 {
-			fmt.Fprintf(w, "  read_events stops at %d, the first missing sequence, until a fill pass proves it\n", deref(fr.StalledAt))
-		}
-	case "":
-		fmt.Fprintln(w, "  caught up")
-	case "look":
-		fmt.Fprintln(w, "  behind the head, no stall recorded: catching up (a running pass saves its watermark every few seconds)")
-	default:
-		fmt.Fprintf(w, "  stalled at %d for %s, waiting for %s\n", deref(fr.StalledAt), seconds(fr.StallAgeS), describeWaiting(fr))
-	}
-	if c := fr.Cycle; c != nil {
-		marker := "no marker yet (in its grace)"
-		if c.Marker != nil {
-			marker = fmt.Sprintf("marker xid %d proves sequences up to %d", *c.Marker, deref(c.MarkerHead))
-		}
-		kind := ""
-		if c.Historical {
-			kind = " (gaps there before the first pass)"
-		}
-		fmt.Fprintf(w, "  cycle from %d%s since %s: %s\n", c.From, kind, stamp(&c.FirstSeenAt), marker)
-	}
-	running := "no pass holds the lease"
-	if fr.PassRunning {
-		running = "a pass holds the lease until " + stamp(fr.LeaseExpiresAt)
-	}
-	if fr.PassEverRan {
-		fmt.Fprintf(w, "  last written %s ago; %s\n", seconds(fr.LastWriteAgoS), running)
-	} else {
-		fmt.Fprintf(w, "  no fill pass has run since the migrations; %s\n", running)
-	}
+	printFill(w, fr)
 
 	if len(r.BlockedBy) > 0 || fr.Waiting == fill.WaitingProof {
 		fmt.Fprintln(w, "\nBLOCKED BY (sessions holding the xmin horizon at or before the marker)")
@@ -484,6 +443,45 @@ func printStatusReport(w io.Writer, r *statusReport, th thresholds) error {
 		fmt.Fprintf(w, "  %-14s %s\n  %-14s -> %s\n", a.Name, a.What, "", a.Next)
 	}
 	return nil
+}
+
+// printFill is the FILL section of the status table.
+func printFill(w io.Writer, fr fillReport) {
+	fmt.Fprintln(w, "FILL")
+	fmt.Fprintf(w, "  watermark %d   head %d   lag %d\n", fr.Watermark, fr.Head, fr.Lag)
+	switch fr.Waiting {
+	case "start":
+		fmt.Fprintln(w, "  not started: no fill pass has anchored the watermark yet")
+		if fr.Lag > 0 {
+			fmt.Fprintf(w, "  read_events stops at %d, the first missing sequence, until a fill pass proves it\n", deref(fr.StalledAt))
+		}
+	case "":
+		fmt.Fprintln(w, "  caught up")
+	case "look":
+		fmt.Fprintln(w, "  behind the head, no stall recorded: catching up (a running pass saves its watermark every few seconds)")
+	default:
+		fmt.Fprintf(w, "  stalled at %d for %s, waiting for %s\n", deref(fr.StalledAt), seconds(fr.StallAgeS), describeWaiting(fr))
+	}
+	if c := fr.Cycle; c != nil {
+		marker := "no marker yet (in its grace)"
+		if c.Marker != nil {
+			marker = fmt.Sprintf("marker xid %d proves sequences up to %d", *c.Marker, deref(c.MarkerHead))
+		}
+		kind := ""
+		if c.Historical {
+			kind = " (gaps there before the first pass)"
+		}
+		fmt.Fprintf(w, "  cycle from %d%s since %s: %s\n", c.From, kind, stamp(&c.FirstSeenAt), marker)
+	}
+	running := "no pass holds the lease"
+	if fr.PassRunning {
+		running = "a pass holds the lease until " + stamp(fr.LeaseExpiresAt)
+	}
+	if fr.PassEverRan {
+		fmt.Fprintf(w, "  last written %s ago; %s\n", seconds(fr.LastWriteAgoS), running)
+	} else {
+		fmt.Fprintf(w, "  no fill pass has run since the migrations; %s\n", running)
+	}
 }
 
 func describeWaiting(fr fillReport) string {

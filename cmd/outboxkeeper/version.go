@@ -22,10 +22,7 @@ prints the first line alone. It needs no database.`,
 		fs.BoolVar(&f.json, "json", false, "print JSON for scripts")
 		return f
 	},
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		latest := migrations.Latest()
 		if opts.(*versionFlags).json {
 			return printJSON(e.stdout, struct {

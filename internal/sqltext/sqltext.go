@@ -63,7 +63,7 @@ func Parse(fsys fs.FS, name string) (File, error) {
 		if loc := positional.FindString(text); loc != "" {
 			return fmt.Errorf("sqltext: %s: statement %q uses the positional argument %s: name it (@name)", name, current, loc)
 		}
-		f.statements[current] = "/* outboxkeeper " + base + "." + current + " */ " + text
+		f.statements[current] = tag(base, current) + " " + text
 		return nil
 	}
 	for i, line := range strings.Split(string(body), "\n") {
@@ -87,6 +87,9 @@ func Parse(fsys fs.FS, name string) (File, error) {
 	}
 	return f, nil
 }
+
+// tag is the comment a statement is sent with.
+func tag(file, name string) string { return "/* outboxkeeper " + file + "." + name + " */" }
 
 // MustParse is Parse for embedded files: a malformed one is a programming
 // error, caught by any test that builds the package's statements.
@@ -115,4 +118,14 @@ func (f File) Statement(name, schema string) string {
 		panic(fmt.Sprintf("sqltext: %s.sql has no statement %q", f.name, name))
 	}
 	return Render(s, schema)
+}
+
+// Tag is the comment the named statement starts with, which names it in
+// pg_stat_activity and pg_stat_statements: what a test looks for there.
+// A name the file does not hold panics, as Statement does.
+func (f File) Tag(name string) string {
+	if _, ok := f.statements[name]; !ok {
+		panic(fmt.Sprintf("sqltext: %s.sql has no statement %q", f.name, name))
+	}
+	return tag(f.name, name)
 }

@@ -45,24 +45,19 @@ ORDER BY sequence LIMIT @n
 	}
 }
 
-func TestParseRefusesPositionalArguments(t *testing.T) {
-	fsys := fstest.MapFS{"x.sql": {Data: []byte("-- name: bad\nSELECT $1\n")}}
-	if _, err := Parse(fsys, "x.sql"); err == nil || !strings.Contains(err.Error(), "positional") {
-		t.Fatalf("Parse = %v, want a refusal naming the positional argument", err)
-	}
-}
-
-func TestParseRefusesANameGivenTwice(t *testing.T) {
-	fsys := fstest.MapFS{"x.sql": {Data: []byte("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")}}
-	if _, err := Parse(fsys, "x.sql"); err == nil || !strings.Contains(err.Error(), "twice") {
-		t.Fatalf("Parse = %v, want a refusal of the duplicate name", err)
-	}
-}
-
-func TestParseRefusesAnEmptyStatement(t *testing.T) {
-	fsys := fstest.MapFS{"x.sql": {Data: []byte("-- name: a\n-- only a comment\n")}}
-	if _, err := Parse(fsys, "x.sql"); err == nil || !strings.Contains(err.Error(), "empty") {
-		t.Fatalf("Parse = %v, want a refusal of the empty statement", err)
+// A malformed file is refused at load, naming what is wrong.
+func TestParseRefusesAMalformedFile(t *testing.T) {
+	for _, c := range []struct{ name, body, want string }{
+		{"a positional argument", "-- name: bad\nSELECT $1\n", "positional"},
+		{"a name given twice", "-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n", "twice"},
+		{"an empty statement", "-- name: a\n-- only a comment\n", "empty"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fsys := fstest.MapFS{"x.sql": {Data: []byte(c.body)}}
+			if _, err := Parse(fsys, "x.sql"); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Parse = %v, want a refusal saying %q", err, c.want)
+			}
+		})
 	}
 }
 
@@ -75,4 +70,15 @@ func TestStatementPanicsOnAnUnknownName(t *testing.T) {
 		}
 	}()
 	f.Statement("b", "o")
+}
+
+func TestTagStartsTheStatementItNames(t *testing.T) {
+	fsys := fstest.MapFS{"deliveries.sql": {Data: []byte("-- name: sweep_reset\nSELECT 1\n")}}
+	f := MustParse(fsys, "deliveries.sql")
+	if got, want := f.Tag("sweep_reset"), "/* outboxkeeper deliveries.sweep_reset */"; got != want {
+		t.Errorf("Tag = %q, want %q", got, want)
+	}
+	if !strings.HasPrefix(f.Statement("sweep_reset", "o"), f.Tag("sweep_reset")) {
+		t.Errorf("the statement %q does not start with its tag", f.Statement("sweep_reset", "o"))
+	}
 }

@@ -34,67 +34,59 @@ type Skip struct {
 	ReportedAt *time.Time `json:"reported_at"`
 }
 
-// Skips is the SQL for <schema>.stall_skips. Only <schema>.skip_stall
-// writes a skip (SECURITY DEFINER: the caller needs EXECUTE, not INSERT);
-// the fill marks them counted.
+// Skips runs the statements of stall_skips.sql.
 type Skips struct {
 	skip       string
 	recent     string
 	unreported string
 }
 
-const skipColumns = `id, skipped_at, db_user, operator, reason, from_watermark, to_sequence, head,
-	written, first_written, last_written, sessions, reported_at`
-
 // NewSkips renders the statements for schema.
 func NewSkips(schema Schema) *Skips {
-	t := schema.Table("stall_skips")
+	n := schema.Name()
 	return &Skips{
-		skip:   `SELECT ` + skipColumns + ` FROM ` + schema.Table("skip_stall") + `(@to, @reason, @operator, @sessions::jsonb)`,
-		recent: `SELECT ` + skipColumns + ` FROM ` + t + ` ORDER BY id DESC LIMIT $1`,
-		// Each skip is counted once: the row lock makes a concurrent pass
-		// that read the same row re-check reported_at and skip it. The
-		// table holds a row per operator action, so a scan is nothing.
-		unreported: `WITH taken AS (
-				UPDATE ` + t + ` SET reported_at = now() WHERE reported_at IS NULL RETURNING written)
-			SELECT coalesce(sum(written), 0)::bigint FROM taken`,
+		skip:       StallSkipsSQL.Statement("skip_stall", n),
+		recent:     StallSkipsSQL.Statement("recent", n),
+		unreported: StallSkipsSQL.Statement("take_unreported", n),
 	}
 }
 
-func scanSkip(row pgx.CollectableRow) (Skip, error) {
-	var s Skip
-	err := row.Scan(&s.ID, &s.SkippedAt, &s.DBUser, &s.Operator, &s.Reason, &s.FromWatermark, &s.ToSequence, &s.Head,
-		&s.Written, &s.FirstWritten, &s.LastWritten, &s.Sessions, &s.ReportedAt)
-	return s, err
+// SkipParams is one operator's skip.
+type SkipParams struct {
+	// To is the last sequence skipped: every missing one up to it gets a
+	// placeholder.
+	To int64
+	// Reason and Operator go on the record.
+	Reason, Operator string
+	// Sessions is what the operator was shown, kept with the record;
+	// nil records [].
+	Sessions json.RawMessage
 }
 
 // Skip writes an operator placeholder for every missing sequence up to
-// to and records who, when and why, in one transaction (skip_stall, which
-// refuses a range above the head or below the watermark, and never waits
-// on or overwrites a live writer's row). sessions is what the operator
-// was shown, kept with the record.
-func (s *Skips) Skip(ctx context.Context, q Querier, to int64, reason, operator string, sessions json.RawMessage) (Skip, error) {
+// p.To and records who, when and why, in one transaction (skip_stall,
+// which refuses a range above the head or below the watermark, and never
+// waits on or overwrites a live writer's row).
+func (s *Skips) Skip(ctx context.Context, q Querier, p SkipParams) (Skip, error) {
+	sessions := p.Sessions
 	if sessions == nil {
 		sessions = json.RawMessage(`[]`)
 	}
-	rows, err := q.Query(ctx, s.skip, pgx.NamedArgs{"to": to, "reason": reason, "operator": operator, "sessions": string(sessions)})
+	args := pgx.StrictNamedArgs{"to": p.To, "reason": p.Reason, "operator": p.Operator, "sessions": string(sessions)}
+	rows, err := q.Query(ctx, s.skip, args)
 	if err != nil {
-		return Skip{}, fmt.Errorf("skip to %d: %w", to, err)
+		return Skip{}, fmt.Errorf("skip to %d: %w", p.To, err)
 	}
-	out, err := pgx.CollectExactlyOneRow(rows, scanSkip)
+	out, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Skip])
 	if err != nil {
-		return Skip{}, fmt.Errorf("skip to %d: %w", to, err)
+		return Skip{}, fmt.Errorf("skip to %d: %w", p.To, err)
 	}
 	return out, nil
 }
 
 // Recent returns the last limit skips, newest first.
 func (s *Skips) Recent(ctx context.Context, q Querier, limit int) ([]Skip, error) {
-	rows, err := q.Query(ctx, s.recent, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read stall skips: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanSkip)
+	out, err := Rows(ctx, q, s.recent, pgx.StrictNamedArgs{"limit": limit}, pgx.RowToStructByPos[Skip])
 	if err != nil {
 		return nil, fmt.Errorf("read stall skips: %w", err)
 	}

@@ -1,11 +1,15 @@
-// Package store holds the SQL for the outbox's tables: one file a table,
-// so a reader finds every statement that touches `events` in events.go and
-// every one that touches `deliveries` in deliveries.go. The functions' own
-// state tables keep their SQL beside the function that owns them.
+// Package store holds the statements on the outbox's tables, one .sql file
+// a table, whoever runs them: every statement that touches `events` is in
+// events.sql, every one that touches `deliveries` in deliveries.sql, and so
+// on. The Go beside each file runs the statements of the passes and the
+// CLI; shared/outbox runs the application's from the same files, into its
+// own types. The functions' state tables keep their statements beside the
+// pass that owns them.
 package store
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"regexp"
@@ -13,6 +17,20 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// The tables' statements, one file a table, each rendered for a schema at
+// construction (sqltext.File.Statement).
+var (
+	EventsSQL     = sqltext.MustParse(files, "events.sql")
+	DeliveriesSQL = sqltext.MustParse(files, "deliveries.sql")
+	ConsumersSQL  = sqltext.MustParse(files, "consumers.sql")
+	StallSkipsSQL = sqltext.MustParse(files, "stall_skips.sql")
 )
 
 // Querier is what a statement needs: a pool, a connection or a transaction.
@@ -20,6 +38,16 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Rows runs sql and collects every row it returns with scan: a statement of
+// a table's file, its arguments named.
+func Rows[T any](ctx context.Context, q Querier, sql string, args pgx.StrictNamedArgs, scan pgx.RowToFunc[T]) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scan)
 }
 
 // DefaultSchema is the outbox schema when OUTBOX_SCHEMA is not set.

@@ -17,7 +17,7 @@ import (
 
 func skipTo(t *testing.T, db *testdb.DB, to int64) store.Skip {
 	t.Helper()
-	s, err := store.NewSkips(store.MustSchema("outbox")).Skip(context.Background(), db.Pool, to, "test", "tester", nil)
+	s, err := store.NewSkips(store.MustSchema("outbox")).Skip(context.Background(), db.Pool, store.SkipParams{To: to, Reason: "test", Operator: "tester"})
 	if err != nil {
 		t.Fatalf("skip to %d: %v", to, err)
 	}

@@ -1,6 +1,6 @@
 -- The sweep's reset batch as a function whose plan does not depend on the
 -- planner's statistics (docs/design.md §6).
--- outboxkeeper:compatible (new functions nothing older calls; read_events keeps its answers and rights)
+-- outboxkeeper:compatible (new functions nothing older calls; read_events keeps its answers and rights; the maintainer keeps its grants)
 --
 -- After a relay outage the deliveries table is fresh from mass UPDATEs
 -- that nothing has analysed yet (autovacuum may be behind, or off), and
@@ -52,11 +52,12 @@
 --    be answered from any index that covers delivered rows: analysed, the
 --    planner walked deliveries_open_created_idx, every open row, for it.
 --
--- SECURITY INVOKER, so EXECUTE needs no grant of its own: a caller needs
--- the rights on deliveries and sweep_state the statement uses, which
--- grant_maintainer gives. search_path is pinned like every function's
--- that resolves operators (0010): a SET clause costs a batch of a
--- thousand rows nothing measurable.
+-- SECURITY INVOKER: a caller needs the rights on deliveries and
+-- sweep_state the statement uses, and like every function of ours it is
+-- not executable by PUBLIC (grant_maintainer, below, grants it).
+-- search_path is pinned like every function's that resolves operators
+-- (0010): a SET clause costs a batch of a thousand rows nothing
+-- measurable.
 CREATE FUNCTION {{schema}}.sweep_reset(stuck_after_us bigint, batch_size integer, max_redeliveries integer)
 RETURNS TABLE (reset bigint, dead bigint, more boolean)
 LANGUAGE sql VOLATILE
@@ -146,3 +147,29 @@ $$;
 -- call would pay 10 ms or more of compiling for a page of 100 rows. Its
 -- plan is otherwise already the same range scan whatever the statistics.
 ALTER FUNCTION {{schema}}.read_events(bigint, integer) SET jit = off;
+
+-- Like every function of ours, the two above are executable only by who
+-- is granted them: the functions' role, as in 0011, and now these.
+REVOKE EXECUTE ON FUNCTION {{schema}}.sweep_reset(bigint, integer, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {{schema}}.present_after(bigint, integer) FROM PUBLIC;
+CREATE OR REPLACE FUNCTION {{schema}}.grant_maintainer(grantee regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA {{schema}} TO %s', grantee);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION {{schema}}.allocation_head(), '
+        '{{schema}}.sweep_reset(bigint, integer, integer), {{schema}}.present_after(bigint, integer) TO %s', grantee);
+    EXECUTE format('GRANT SELECT ON SEQUENCE {{schema}}.events_sequence_seq TO %s', grantee);
+    EXECUTE format('GRANT SELECT, INSERT (sequence, filled_by), DELETE ON {{schema}}.events TO %s', grantee);
+    EXECUTE format('GRANT SELECT, UPDATE ON {{schema}}.fill_state TO %s', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON {{schema}}.sweep_state TO %s', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON {{schema}}.prune_state TO %s', grantee);
+    EXECUTE format('GRANT SELECT ON {{schema}}.consumers TO %s', grantee);
+    EXECUTE format('GRANT SELECT, UPDATE (reported_at) ON {{schema}}.stall_skips TO %s', grantee);
+    EXECUTE format('GRANT SELECT, UPDATE (state, redeliveries, delivered_at, dead_at), DELETE '
+        'ON {{schema}}.deliveries TO %s', grantee);
+    EXECUTE format('GRANT SELECT ON {{schema}}.schema_migrations TO %s', grantee);
+    INSERT INTO {{schema}}.role_grants (role_name, kind) VALUES (grantee::text, 'maintainer')
+    ON CONFLICT (role_name, kind) DO NOTHING;
+END
+$$;
+SELECT {{schema}}.regrant_roles();

@@ -2,11 +2,13 @@ package migrations
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -135,80 +137,76 @@ type Conn interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// bookkeeping is the SQL of <schema>.schema_migrations, shared by Apply and
-// Print so that a schema migrated by hand from `migrate print` is recorded
-// exactly as one migrated by the migrator.
+// bookkeeping is the statements of schema_migrations.sql rendered for one
+// schema, shared by Apply and Print so that a schema migrated by hand from
+// `migrate print` is recorded exactly as one migrated by the migrator.
 type bookkeeping struct {
 	quoted string
-	// pinPath is the first statement of every migration transaction.
-	pinPath string
-	// lockTimeout bounds every lock wait of an attempt (see ApplyWith).
+	// lockTimeout is the lock_timeout statement's argument (see ApplyWith).
 	lockTimeout string
-	// lock serialises migrators of one schema (see ApplyWith).
-	lock string
-	// schemaExists and columnsExist let Apply skip DDL that is already
-	// done: CREATE SCHEMA IF NOT EXISTS checks the CREATE privilege on the
-	// database before it looks, and ALTER TABLE locks the table even when
-	// IF NOT EXISTS makes it a no-op.
-	schemaExists, columnsExist string
-	createSchema, createTable  string
-	// addColumns upgrades a table made before checksums were recorded.
-	addColumns string
-	applied    string
-	record     string
-	// backfill records the checksum of rows applied before checksums
-	// were: the file as this build has it is trusted once.
-	backfill string
+
+	pinPath, setLockTimeout, lock string
+	schemaExists, columnsExist    string
+	createSchema, createTable     string
+	addColumns                    string
+	applied, record, backfill     string
 }
 
 func newBookkeeping(schema string, lockTimeout time.Duration) bookkeeping {
-	q := pgx.Identifier{schema}.Sanitize()
-	t := q + ".schema_migrations"
 	return bookkeeping{
-		quoted: q,
-		// Migrations name every object of ours schema-qualified; with the
-		// path pinned, a built-in operator or type cannot be shadowed by
-		// one planted in a schema the migrating login can see.
-		pinPath:      `SET LOCAL search_path = pg_catalog, pg_temp`,
-		lockTimeout:  fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, max(1, lockTimeout.Milliseconds())),
-		lock:         `SELECT pg_advisory_xact_lock(hashtext('outboxkeeper.migrate'), hashtext('` + schema + `'))`,
-		schemaExists: `SELECT to_regnamespace('` + q + `') IS NOT NULL`,
-		columnsExist: `SELECT count(*) = 2 FROM pg_catalog.pg_attribute
-			WHERE attrelid = '` + t + `'::regclass AND attname IN ('checksum', 'compatible') AND NOT attisdropped`,
-		createSchema: `CREATE SCHEMA IF NOT EXISTS ` + q,
-		// checksum: SHA-256 of the file, hex; NULL for rows recorded
-		// before checksums were. compatible: the file was marked
-		// CompatibleMarker, so an older build may run on this schema.
-		createTable: `CREATE TABLE IF NOT EXISTS ` + t + ` (
-	name       text PRIMARY KEY,
-	applied_at timestamptz NOT NULL DEFAULT now(),
-	checksum   text,
-	compatible boolean NOT NULL DEFAULT false
-)`,
-		addColumns: `ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS checksum text,
-	ADD COLUMN IF NOT EXISTS compatible boolean NOT NULL DEFAULT false`,
-		applied: `SELECT name, checksum FROM ` + t,
-		record:  `INSERT INTO ` + t + ` (name, checksum, compatible) VALUES ($1, $2, $3)`,
-		backfill: `UPDATE ` + t + ` AS m SET checksum = f.checksum
-	FROM unnest($1::text[], $2::text[]) AS f(name, checksum)
-	WHERE m.name = f.name AND m.checksum IS NULL`,
+		quoted:         pgx.Identifier{schema}.Sanitize(),
+		lockTimeout:    fmt.Sprintf("%dms", max(1, lockTimeout.Milliseconds())),
+		pinPath:        schemaMigrationsSQL.Statement("pin_path", schema),
+		setLockTimeout: schemaMigrationsSQL.Statement("lock_timeout", schema),
+		lock:           schemaMigrationsSQL.Statement("lock", schema),
+		schemaExists:   schemaMigrationsSQL.Statement("schema_exists", schema),
+		columnsExist:   schemaMigrationsSQL.Statement("columns_exist", schema),
+		createSchema:   schemaMigrationsSQL.Statement("create_schema", schema),
+		createTable:    schemaMigrationsSQL.Statement("create_table", schema),
+		addColumns:     schemaMigrationsSQL.Statement("add_columns", schema),
+		applied:        schemaMigrationsSQL.Statement("applied", schema),
+		record:         schemaMigrationsSQL.Statement("record", schema),
+		backfill:       schemaMigrationsSQL.Statement("backfill", schema),
 	}
+}
+
+// lockTimeoutLiteral is setLockTimeout with its value written out, for Print.
+func (b bookkeeping) lockTimeoutLiteral() string {
+	return inline(b.setLockTimeout, map[string]string{"lock_timeout": literal(b.lockTimeout)})
 }
 
 // recordLiteral is record with the values written out, for Print.
 func (b bookkeeping) recordLiteral(m Migration) string {
-	return fmt.Sprintf(`INSERT INTO %s.schema_migrations (name, checksum, compatible) VALUES (%s, %s, %t)`,
-		b.quoted, literal(m.Name), literal(m.Checksum), m.Compatible)
+	return inline(b.record, map[string]string{
+		"name": literal(m.Name), "checksum": literal(m.Checksum), "compatible": strconv.FormatBool(m.Compatible),
+	})
 }
 
 // backfillLiteral is backfill with the values written out, for Print.
 func (b bookkeeping) backfillLiteral(done []Migration) string {
-	values := make([]string, len(done))
+	names, sums := make([]string, len(done)), make([]string, len(done))
 	for i, m := range done {
-		values[i] = fmt.Sprintf("(%s, %s)", literal(m.Name), literal(m.Checksum))
+		names[i], sums[i] = literal(m.Name), literal(m.Checksum)
 	}
-	return fmt.Sprintf("UPDATE %s.schema_migrations AS m SET checksum = f.checksum\n\tFROM (VALUES %s) AS f(name, checksum)\n\tWHERE m.name = f.name AND m.checksum IS NULL",
-		b.quoted, strings.Join(values, ", "))
+	return inline(b.backfill, map[string]string{
+		"names":     "ARRAY[" + strings.Join(names, ", ") + "]",
+		"checksums": "ARRAY[" + strings.Join(sums, ", ") + "]",
+	})
+}
+
+// namedArg is an argument of a statement of ours (@name, pgx.NamedArgs).
+var namedArg = regexp.MustCompile(`@([A-Za-z_][A-Za-z0-9_]*)`)
+
+// inline writes the literals in place of sql's named arguments, for a
+// script; an argument without one is a programming error.
+func inline(sql string, literals map[string]string) string {
+	return namedArg.ReplaceAllStringFunc(sql, func(arg string) string {
+		v, ok := literals[arg[1:]]
+		if !ok {
+			panic(fmt.Sprintf("migrate: no literal for %s in %q", arg, sql))
+		}
+		return v
+	})
 }
 
 // literal quotes s as an SQL string literal. Only file names and hex
@@ -376,46 +374,12 @@ func applyOnce(ctx context.Context, conn Conn, schema string, list []Migration, 
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 
-	if _, err := tx.Exec(ctx, b.pinPath); err != nil {
-		return res, step, fmt.Errorf("migrate: pin search_path: %w", err)
+	if lockStep, err := b.prepare(ctx, tx); err != nil {
+		return res, cmp.Or(lockStep, step), err
 	}
-	if _, err := tx.Exec(ctx, b.lockTimeout); err != nil {
-		return res, step, fmt.Errorf("migrate: set lock_timeout: %w", err)
-	}
-	if _, err := tx.Exec(ctx, b.lock); err != nil {
-		return res, "the migrators' advisory lock (another migrator is running)", fmt.Errorf("migrate: lock: %w", err)
-	}
-	var exists bool
-	if err := tx.QueryRow(ctx, b.schemaExists).Scan(&exists); err != nil {
-		return res, step, fmt.Errorf("migrate: look up schema: %w", err)
-	}
-	if !exists {
-		if _, err := tx.Exec(ctx, b.createSchema); err != nil {
-			return res, step, fmt.Errorf("migrate: create schema: %w", err)
-		}
-	}
-	if _, err := tx.Exec(ctx, b.createTable); err != nil {
-		return res, step, fmt.Errorf("migrate: create schema_migrations: %w", err)
-	}
-	if err := tx.QueryRow(ctx, b.columnsExist).Scan(&exists); err != nil {
-		return res, step, fmt.Errorf("migrate: read schema_migrations: %w", err)
-	}
-	if !exists {
-		if _, err := tx.Exec(ctx, b.addColumns); err != nil {
-			return res, step, fmt.Errorf("migrate: upgrade schema_migrations: %w", err)
-		}
-	}
-	rows, err := tx.Query(ctx, b.applied)
+	recorded, err := b.recorded(ctx, tx)
 	if err != nil {
-		return res, step, fmt.Errorf("migrate: read schema_migrations: %w", err)
-	}
-	type row struct {
-		Name     string
-		Checksum *string
-	}
-	recorded, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
-	if err != nil {
-		return res, step, fmt.Errorf("migrate: read schema_migrations: %w", err)
+		return res, step, err
 	}
 	applied := map[string]*string{}
 	for _, r := range recorded {
@@ -429,7 +393,7 @@ func applyOnce(ctx context.Context, conn Conn, schema string, list []Migration, 
 			return Result{}, step, &ChangedError{Schema: schema, Name: m.Name, Recorded: *sum, Build: m.Checksum}
 		}
 	}
-	if _, err := tx.Exec(ctx, b.backfill, names, sums); err != nil {
+	if _, err := tx.Exec(ctx, b.backfill, pgx.StrictNamedArgs{"names": names, "checksums": sums}); err != nil {
 		return res, step, fmt.Errorf("migrate: record checksums: %w", err)
 	}
 	for _, m := range list {
@@ -441,7 +405,7 @@ func applyOnce(ctx context.Context, conn Conn, schema string, list []Migration, 
 		if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return Result{}, m.Name, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, b.record, m.Name, m.Checksum, m.Compatible); err != nil {
+		if _, err := tx.Exec(ctx, b.record, pgx.StrictNamedArgs{"name": m.Name, "checksum": m.Checksum, "compatible": m.Compatible}); err != nil {
 			return Result{}, m.Name, fmt.Errorf("migrate: record %s: %w", m.Name, err)
 		}
 		res.Applied = append(res.Applied, m.Name)
@@ -450,4 +414,55 @@ func applyOnce(ctx context.Context, conn Conn, schema string, list []Migration, 
 		return Result{}, step, fmt.Errorf("migrate: commit: %w", err)
 	}
 	return res, step, nil
+}
+
+// prepare starts an attempt's transaction: the pinned path, the lock
+// timeout, the migrators' lock, and the bookkeeping table as this build
+// records it. A wait for the migrators' lock names itself as the step.
+func (b bookkeeping) prepare(ctx context.Context, tx pgx.Tx) (lockStep string, err error) {
+	if _, err := tx.Exec(ctx, b.pinPath); err != nil {
+		return "", fmt.Errorf("migrate: pin search_path: %w", err)
+	}
+	if _, err := tx.Exec(ctx, b.setLockTimeout, pgx.StrictNamedArgs{"lock_timeout": b.lockTimeout}); err != nil {
+		return "", fmt.Errorf("migrate: set lock_timeout: %w", err)
+	}
+	if _, err := tx.Exec(ctx, b.lock); err != nil {
+		return "the migrators' advisory lock (another migrator is running)", fmt.Errorf("migrate: lock: %w", err)
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, b.schemaExists).Scan(&exists); err != nil {
+		return "", fmt.Errorf("migrate: look up schema: %w", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, b.createSchema); err != nil {
+			return "", fmt.Errorf("migrate: create schema: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, b.createTable); err != nil {
+		return "", fmt.Errorf("migrate: create schema_migrations: %w", err)
+	}
+	if err := tx.QueryRow(ctx, b.columnsExist).Scan(&exists); err != nil {
+		return "", fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, b.addColumns); err != nil {
+			return "", fmt.Errorf("migrate: upgrade schema_migrations: %w", err)
+		}
+	}
+	return "", nil
+}
+
+// appliedRow is a schema_migrations row as Apply reads it.
+type appliedRow struct {
+	Name     string
+	Checksum *string
+}
+
+// recorded reads what the schema has applied.
+func (b bookkeeping) recorded(ctx context.Context, tx pgx.Tx) ([]appliedRow, error) {
+	rows, err := store.Rows(ctx, tx, b.applied, nil, pgx.RowToStructByPos[appliedRow])
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	return rows, nil
 }

@@ -37,10 +37,7 @@ func TestApplyTwiceIsANoOp(t *testing.T) {
 	if len(second.Applied) != 0 || len(second.Skipped) != len(all) {
 		t.Fatalf("second run: %+v, want nothing applied", second)
 	}
-	var recorded int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM second_outbox.schema_migrations`).Scan(&recorded); err != nil {
-		t.Fatal(err)
-	}
+	recorded := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM second_outbox.schema_migrations`)
 	if recorded != len(all) {
 		t.Fatalf("recorded %d migrations, want %d", recorded, len(all))
 	}
@@ -126,21 +123,15 @@ func TestAllocationHead(t *testing.T) {
 	if h, err := head(); err != nil || h != 0 {
 		t.Fatalf("fresh head = %d, %v; want 0", h, err)
 	}
-	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}'); SELECT outbox.publish('t', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `SELECT outbox.publish('t', '{}'); SELECT outbox.publish('t', '{}')`)
 	if h, err := head(); err != nil || h != 2 {
 		t.Fatalf("head after two publishes = %d, %v; want 2", h, err)
 	}
-	if _, err := db.Pool.Exec(ctx, `SELECT setval('outbox.events_sequence_seq', 10, false)`); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `SELECT setval('outbox.events_sequence_seq', 10, false)`)
 	if h, err := head(); err != nil || h != 9 {
 		t.Fatalf("head after setval(10, false) = %d, %v; want 9", h, err)
 	}
-	if _, err := db.Pool.Exec(ctx, `ALTER SEQUENCE outbox.events_sequence_seq CACHE 20`); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `ALTER SEQUENCE outbox.events_sequence_seq CACHE 20`)
 	if h, err := head(); err == nil || !strings.Contains(err.Error(), "CACHE 20") {
 		t.Fatalf("head with CACHE 20 = %d, %v; want a refusal", h, err)
 	}
@@ -189,11 +180,8 @@ func TestDeliveriesIndexesSkipAcked(t *testing.T) {
 // events table of schema.
 func waitingOnEvents(t *testing.T, db *testdb.DB, schema string) bool {
 	t.Helper()
-	var n int
-	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
-		WHERE NOT granted AND relation = to_regclass($1)`, schema+".events").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	n := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM pg_locks
+		WHERE NOT granted AND relation = to_regclass($1)`, schema+".events")
 	return n > 0
 }
 
@@ -208,9 +196,7 @@ func holdWriter(t *testing.T, db *testdb.DB, schema string) pgx.Tx {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	if _, err := tx.Exec(ctx, `SELECT `+schema+`.publish('held', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	testdb.Exec(t, tx, `SELECT `+schema+`.publish('held', '{}')`)
 	return tx
 }
 
@@ -250,9 +236,7 @@ func TestMigrationBehindALongTransactionLetsPublishersThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Rollback(ctx) //nolint:errcheck
-	if _, err := pub.Exec(ctx, `SET LOCAL statement_timeout = '5s'`); err != nil {
-		t.Fatal(err)
-	}
+	testdb.Exec(t, pub, `SET LOCAL statement_timeout = '5s'`)
 	if _, err := pub.Exec(ctx, `SELECT queued.publish('t', '{}')`); err != nil {
 		t.Fatalf("a publisher was queued behind the waiting migration: %v", err)
 	}
@@ -306,10 +290,7 @@ func TestMigrationGivesUpAtItsBudgetNamingTheMigrationThatWaited(t *testing.T) {
 			t.Errorf("the error does not say %q: %v", want, err)
 		}
 	}
-	var recorded int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM blocked.schema_migrations`).Scan(&recorded); err != nil {
-		t.Fatal(err)
-	}
+	recorded := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM blocked.schema_migrations`)
 	if recorded != 6 {
 		t.Errorf("%d migrations recorded, want the 6 from before", recorded)
 	}

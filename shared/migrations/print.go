@@ -50,7 +50,7 @@ func Print(w io.Writer, schema, after string) error {
 	p("%s;\n", b.pinPath)
 	p("-- A lock wait is bounded: behind a long transaction the script stops (SQLSTATE 55P03,\n")
 	p("-- nothing applied) instead of queueing every publisher behind it; run it again later.\n")
-	p("%s;\n", b.lockTimeout)
+	p("%s;\n", b.lockTimeoutLiteral())
 	p("%s;\n", b.lock)
 	p("%s;\n", b.createSchema)
 	p("%s;\n", b.createTable)

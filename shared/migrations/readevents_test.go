@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 )
 
 // planNode is one node of EXPLAIN (FORMAT JSON).
@@ -59,10 +59,7 @@ func TestReadEventsIsOneIndexRangeScanOnAMillionRows(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	var pages int64
-	if err := db.Pool.QueryRow(ctx, `SELECT relpages FROM pg_class WHERE oid = 'outbox.events'::regclass`).Scan(&pages); err != nil {
-		t.Fatal(err)
-	}
+	pages := testdb.Scalar[int64](t, db.Pool, `SELECT relpages FROM pg_class WHERE oid = 'outbox.events'::regclass`)
 	conn, notices := explainingConn(t, db)
 	for _, c := range []struct {
 		name  string
@@ -73,46 +70,45 @@ func TestReadEventsIsOneIndexRangeScanOnAMillionRows(t *testing.T) {
 		{"in the middle", 500000, 100},
 		{"stopping at the gap above the watermark", 899950, 49},
 	} {
-		notices.reset()
-		var n float64
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox.read_events($1, 100)`, c.after).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n != c.rows {
-			t.Errorf("%s: %v rows, want %v", c.name, n, c.rows)
-		}
-		raw, root, ok := notices.planReading("events")
-		if !ok {
-			t.Fatalf("%s: no plan reads events among the nested statements:\n%s", c.name, notices.all())
-		}
-		var indexScans, seqScans int
-		root.walk(func(n planNode) {
-			if n.RelationName != "events" {
-				return
+		t.Run(c.name, func(t *testing.T) {
+			notices.reset()
+			n := testdb.Scalar[float64](t, conn, `SELECT count(*) FROM outbox.read_events($1, 100)`, c.after)
+			if n != c.rows {
+				t.Errorf("%s: %v rows, want %v", c.name, n, c.rows)
 			}
-			switch n.NodeType {
-			case "Index Scan", "Index Only Scan":
-				if n.IndexName == "events_pkey" {
-					indexScans++
+			raw, root, ok := notices.planReading("events")
+			if !ok {
+				t.Fatalf("%s: no plan reads events among the nested statements:\n%s", c.name, notices.all())
+			}
+			var indexScans, seqScans int
+			root.walk(func(n planNode) {
+				if n.RelationName != "events" {
+					return
 				}
-			default:
-				seqScans++
+				switch n.NodeType {
+				case "Index Scan", "Index Only Scan":
+					if n.IndexName == "events_pkey" {
+						indexScans++
+					}
+				default:
+					seqScans++
+				}
+			})
+			if indexScans != 1 {
+				t.Errorf("%s: %d index scans of events_pkey, want 1:\n%s", c.name, indexScans, raw)
+			}
+			if seqScans != 0 {
+				t.Errorf("%s: %d other scans of events, want none:\n%s", c.name, seqScans, raw)
+			}
+			if root.ActualRows != c.rows {
+				t.Errorf("%s: the query returned %v rows, want %v", c.name, root.ActualRows, c.rows)
+			}
+			if touched := root.SharedHit + root.SharedRead; touched > 30 {
+				t.Errorf("%s: %d pages touched for 100 rows of a %d-page table, want at most 30", c.name, touched, pages)
+			} else {
+				t.Logf("%s: %d pages touched of %d, cost %.1f", c.name, touched, pages, root.TotalCost)
 			}
 		})
-		if indexScans != 1 {
-			t.Errorf("%s: %d index scans of events_pkey, want 1:\n%s", c.name, indexScans, raw)
-		}
-		if seqScans != 0 {
-			t.Errorf("%s: %d other scans of events, want none:\n%s", c.name, seqScans, raw)
-		}
-		if root.ActualRows != c.rows {
-			t.Errorf("%s: the query returned %v rows, want %v", c.name, root.ActualRows, c.rows)
-		}
-		if touched := root.SharedHit + root.SharedRead; touched > 30 {
-			t.Errorf("%s: %d pages touched for 100 rows of a %d-page table, want at most 30", c.name, touched, pages)
-		} else {
-			t.Logf("%s: %d pages touched of %d, cost %.1f", c.name, touched, pages, root.TotalCost)
-		}
 	}
 }
 
@@ -125,17 +121,20 @@ func TestReadEventsIsLinearOnColdStatistics(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	if err := coldplan.Events(ctx, db.Pool, db.Schema, store.MaxRead, 0); err != nil {
+	if err := coldplan.Events(ctx, db.Pool, db.Schema, outbox.MaxRead, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := coldplan.NeverAnalysed(ctx, db.Pool, db.Schema.Table("events")); err != nil {
 		t.Fatal(err)
 	}
-	events := store.NewEvents(db.Schema)
-	for _, page := range []int{1_000, store.MaxRead} {
-		var got []store.Event
-		coldplan.Linear(t, ctx, db.DirectURL, "read_events", page, func(conn *pgx.Conn) (err error) {
-			got, err = events.ReadContiguous(ctx, conn, 0, page)
+	for _, page := range []int{1_000, outbox.MaxRead} {
+		var got []outbox.Event
+		coldplan.Linear(t, ctx, db.DirectURL, "read_events", page, func(conn *pgx.Conn) error {
+			ob, err := outbox.New(conn, outbox.Options{Schema: db.Schema.Name()})
+			if err != nil {
+				return err
+			}
+			got, err = ob.ReadContiguous(ctx, 0, page)
 			return err
 		})
 		if len(got) != page {

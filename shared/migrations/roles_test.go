@@ -127,9 +127,7 @@ func TestWriterRoleConsumes(t *testing.T) {
 	db := testdb.New(t)
 	writer := db.Writer(t)
 	ctx := context.Background()
-	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}'), outbox.publish('t', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `SELECT outbox.publish('t', '{}'), outbox.publish('t', '{}')`)
 	var read int
 	if err := writer.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.read_events(0, 10)`).Scan(&read); err != nil {
 		t.Errorf("read_events as the writer: %v", err)
@@ -160,11 +158,29 @@ func TestCommitPositionIsNotPublic(t *testing.T) {
 	db := testdb.New(t)
 	other := db.NewRole(t)
 	ctx := context.Background()
-	if _, err := db.Pool.Exec(ctx, `GRANT USAGE ON SCHEMA outbox TO `+pgx.Identifier{other.Name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `GRANT USAGE ON SCHEMA outbox TO `+pgx.Identifier{other.Name}.Sanitize())
 	_, err := other.Pool.Exec(ctx, `SELECT outbox.commit_position('ledger', 0)`)
 	refused(t, "commit_position by a role not set up", err)
+}
+
+// Every function of ours is executable only by the roles the grant
+// functions set up (a trigger function is not called, it fires): none is
+// left to PUBLIC's default EXECUTE, SECURITY INVOKER or not.
+func TestNoFunctionIsExecutableByPublic(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	public := testdb.Column[string](t, db.Pool, `SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc AS p
+		WHERE p.pronamespace = 'outbox'::regnamespace AND p.prorettype <> 'pg_catalog.trigger'::regtype
+		  AND has_function_privilege('public', p.oid, 'EXECUTE')
+		ORDER BY 1`)
+	if len(public) > 0 {
+		t.Errorf("executable by PUBLIC: %v", public)
+	}
+	writer := db.Writer(t)
+	for _, call := range []string{`SELECT * FROM outbox.sweep_reset(0, 1, 0)`, `SELECT * FROM outbox.present_after(0, 1)`} {
+		_, err := writer.Pool.Exec(context.Background(), call)
+		refused(t, "the writer: "+call, err)
+	}
 }
 
 // The functions' role runs every pass and the init's version check; it
@@ -218,9 +234,7 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			writer := db.Writer(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
-				t.Fatal(err)
-			}
+			db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 			fs, err := fill.New(db.Pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
 				fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
 			if err != nil {
@@ -236,10 +250,7 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var held int64
-			if err := tx.QueryRow(ctx, `SELECT nextval('outbox.events_sequence_seq')`).Scan(&held); err != nil {
-				t.Fatal(err)
-			}
+			held := testdb.Scalar[int64](t, tx, `SELECT nextval('outbox.events_sequence_seq')`)
 			if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil { // a later writer commits
 				t.Fatal(err)
 			}
@@ -278,20 +289,11 @@ func TestRegrantRolesRenewsEveryRecordedRole(t *testing.T) {
 	ctx := context.Background()
 	writer, maint := db.Writer(t), db.Maintainer(t)
 	gone := db.Writer(t)
-	if _, err := db.Pool.Exec(ctx, `REVOKE SELECT ON outbox.events FROM `+pgx.Identifier{writer.Name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, `REVOKE SELECT ON outbox.fill_state FROM `+pgx.Identifier{maint.Name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `REVOKE SELECT ON outbox.events FROM `+pgx.Identifier{writer.Name}.Sanitize())
+	db.Exec(t, `REVOKE SELECT ON outbox.fill_state FROM `+pgx.Identifier{maint.Name}.Sanitize())
 	gone.Pool.Close()
-	if _, err := db.Pool.Exec(ctx, `DROP OWNED BY `+pgx.Identifier{gone.Name}.Sanitize()+`; DROP ROLE `+pgx.Identifier{gone.Name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	if err := db.Pool.QueryRow(ctx, `SELECT outbox.regrant_roles()`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `DROP OWNED BY `+pgx.Identifier{gone.Name}.Sanitize()+`; DROP ROLE `+pgx.Identifier{gone.Name}.Sanitize())
+	n := testdb.Scalar[int](t, db.Pool, `SELECT outbox.regrant_roles()`)
 	if n != 2 {
 		t.Errorf("regrant_roles() = %d, want 2 (the dropped role skipped)", n)
 	}
@@ -314,12 +316,8 @@ func TestPublishIgnoresTheCallersSearchPath(t *testing.T) {
 	db := testdb.New(t)
 	writer := db.Writer(t)
 	ctx := context.Background()
-	if _, err := db.Pool.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` TO `+pgx.Identifier{writer.Name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, `SELECT outbox.set_publish_notifications(true)`); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `GRANT CREATE ON DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` TO `+pgx.Identifier{writer.Name}.Sanitize())
+	db.Exec(t, `SELECT outbox.set_publish_notifications(true)`)
 	conn := writer.Connect(t)
 	for _, sql := range []string{
 		`CREATE SCHEMA planted`,

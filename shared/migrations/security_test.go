@@ -85,9 +85,7 @@ func TestPlantedOperatorsDoNotRunInThePublishNotification(t *testing.T) {
 	db := testdb.New(t)
 	writer := db.Writer(t)
 	ctx := context.Background()
-	if _, err := db.Pool.Exec(ctx, `SELECT outbox.set_publish_notifications(true)`); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `SELECT outbox.set_publish_notifications(true)`)
 	plantHijacks(t, db)
 	ob, err := outbox.New(writer.Pool, outbox.Options{})
 	if err != nil {
@@ -120,10 +118,12 @@ func TestPlantedOperatorsDoNotRunInTheCallersFunctions(t *testing.T) {
 		{"commit_position", `SELECT outbox.commit_position('reader', 1)`},
 		{"allocation_head", `SELECT outbox.allocation_head()`},
 	} {
-		var got int64
-		if err := writer.Pool.QueryRow(ctx, c.sql).Scan(&got); err != nil {
-			t.Errorf("%s with operators planted in public: %v", c.name, err)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			var got int64
+			if err := writer.Pool.QueryRow(ctx, c.sql).Scan(&got); err != nil {
+				t.Errorf("%s with operators planted in public: %v", c.name, err)
+			}
+		})
 	}
 }
 

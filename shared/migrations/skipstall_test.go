@@ -25,7 +25,7 @@ func skipScene(t *testing.T) (*testdb.DB, context.Context) {
 	db := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	mustExec(t, db, `SELECT outbox.publish('t', '{}')`)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	fs, err := fill.New(db.Pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 5 * time.Second, Tick: 50 * time.Millisecond},
 		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
 	if err != nil {
@@ -38,36 +38,17 @@ func skipScene(t *testing.T) (*testdb.DB, context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	testdb.Exec(t, tx, `SELECT outbox.publish('t', '{}')`)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mustExec(t, db, `SELECT outbox.publish('t', '{}')`)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	return db, ctx
-}
-
-func mustExec(t *testing.T, db *testdb.DB, sql string, args ...any) {
-	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 func filledBy(t *testing.T, db *testdb.DB, seq int64) string {
 	t.Helper()
-	var by *string
-	err := db.Pool.QueryRow(context.Background(), `SELECT filled_by FROM outbox.events WHERE sequence = $1`, seq).Scan(&by)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return "missing"
-	case err != nil:
-		t.Fatal(err)
-	case by == nil:
-		return "event"
-	}
-	return *by
+	return testdb.Scalar[string](t, db.Pool, `SELECT coalesce((SELECT coalesce(filled_by, 'event') FROM outbox.events WHERE sequence = $1), 'missing')`, seq)
 }
 
 func sqlState(err error) string {
@@ -86,11 +67,8 @@ func TestOperatorRole(t *testing.T) {
 	t.Parallel()
 	db, ctx := skipScene(t)
 	op := db.Operator(t)
-	var dead int64
-	if err := db.Pool.QueryRow(ctx, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, redeliveries, delivered_at, dead_at)
-		VALUES ('r', 'k', 'secret', 'dead', 11, 10, now() - interval '1 hour', now()) RETURNING id`).Scan(&dead); err != nil {
-		t.Fatal(err)
-	}
+	dead := testdb.Scalar[int64](t, db.Pool, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, redeliveries, delivered_at, dead_at)
+		VALUES ('r', 'k', 'secret', 'dead', 11, 10, now() - interval '1 hour', now()) RETURNING id`)
 	schema := store.MustSchema("outbox")
 
 	if _, err := fill.ReadStatus(ctx, op.Pool, schema); err != nil {
@@ -106,7 +84,7 @@ func TestOperatorRole(t *testing.T) {
 	if out, err := admin.RetryIDs(ctx, op.Pool, []int64{dead}); err != nil || len(out) != 1 || !out[0].Reset {
 		t.Errorf("retry a dead delivery: %v, %v", out, err)
 	}
-	skip, err := store.NewSkips(schema).Skip(ctx, op.Pool, 3, "test", "alice", nil)
+	skip, err := store.NewSkips(schema).Skip(ctx, op.Pool, store.SkipParams{To: 3, Reason: "test", Operator: "alice"})
 	if err != nil {
 		t.Fatalf("skip_stall as the operator: %v", err)
 	}
@@ -139,7 +117,7 @@ func TestMaintainerCannotSkipAStall(t *testing.T) {
 	t.Parallel()
 	db, ctx := skipScene(t)
 	m := db.Maintainer(t)
-	_, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, m.Pool, 3, "test", "fn", nil)
+	_, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, m.Pool, store.SkipParams{To: 3, Reason: "test", Operator: "fn"})
 	refused(t, "skip_stall as the maintainer", err)
 	if got := filledBy(t, db, 2); got != "missing" {
 		t.Errorf("sequence 2 is %s after a refused skip, want missing", got)
@@ -152,7 +130,7 @@ func TestMaintainerCannotSkipAStall(t *testing.T) {
 func TestSkipStallWritesTheMissingAndRecordsIt(t *testing.T) {
 	t.Parallel()
 	db, ctx := skipScene(t)
-	skip, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, 3, "  INC-7: replica feedback  ", "alice@laptop", []byte(`[{"pid":42}]`))
+	skip, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, store.SkipParams{To: 3, Reason: "  INC-7: replica feedback  ", Operator: "alice@laptop", Sessions: []byte(`[{"pid":42}]`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,12 +176,9 @@ func TestSkipStallNeverOverwritesALiveWritersRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer writer.Rollback(ctx) //nolint:errcheck
-	var held int64
-	if err := writer.QueryRow(ctx, `SELECT outbox.publish('t', '{"live":true}')`).Scan(&held); err != nil {
-		t.Fatal(err)
-	}
+	held := testdb.Scalar[int64](t, writer, `SELECT outbox.publish('t', '{"live":true}')`)
 	began := time.Now()
-	_, err = store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, held, "test", "alice", nil)
+	_, err = store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, store.SkipParams{To: held, Reason: "test", Operator: "alice"})
 	if sqlState(err) != "55P03" {
 		t.Fatalf("skip over a live writer's uncommitted row: %v, want lock_not_available (55P03)", err)
 	}
@@ -213,10 +188,7 @@ func TestSkipStallNeverOverwritesALiveWritersRow(t *testing.T) {
 	if got := filledBy(t, db, 2); got != "missing" {
 		t.Errorf("sequence 2 is %s after the failed skip, want missing (the skip is one transaction)", got)
 	}
-	var records int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.stall_skips`).Scan(&records); err != nil {
-		t.Fatal(err)
-	}
+	records := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM outbox.stall_skips`)
 	if records != 0 {
 		t.Errorf("%d skips recorded, want none for a skip that wrote nothing", records)
 	}
@@ -239,11 +211,8 @@ func TestSkipStallMakesALateRawWriterFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Rollback(ctx) //nolint:errcheck
-	var held int64
-	if err := raw.QueryRow(ctx, `SELECT nextval('outbox.events_sequence_seq')`).Scan(&held); err != nil {
-		t.Fatal(err)
-	}
-	skip, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, held, "test", "alice", nil)
+	held := testdb.Scalar[int64](t, raw, `SELECT nextval('outbox.events_sequence_seq')`)
+	skip, err := store.NewSkips(store.MustSchema("outbox")).Skip(ctx, db.Pool, store.SkipParams{To: held, Reason: "test", Operator: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,13 +244,15 @@ func TestSkipStallRefusals(t *testing.T) {
 		{"no reason", 3, "  ", "a", "a reason is required"},
 		{"no operator", 3, "r", "", "name is required"},
 	} {
-		_, err := skips.Skip(ctx, db.Pool, c.to, c.reason, c.operator, nil)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			_, err := skips.Skip(ctx, db.Pool, store.SkipParams{To: c.to, Reason: c.reason, Operator: c.operator})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.want)
+			}
+		})
 	}
-	mustExec(t, db, `SELECT setval('outbox.events_sequence_seq', 2000000)`)
-	if _, err := skips.Skip(ctx, db.Pool, 1_000_002, "r", "a", nil); err == nil || !strings.Contains(err.Error(), "at most 1000000") {
+	db.Exec(t, `SELECT setval('outbox.events_sequence_seq', 2000000)`)
+	if _, err := skips.Skip(ctx, db.Pool, store.SkipParams{To: 1_000_002, Reason: "r", Operator: "a"}); err == nil || !strings.Contains(err.Error(), "at most 1000000") {
 		t.Errorf("a skip of 1000001 sequences: %v, want the cap named", err)
 	}
 	if got := filledBy(t, db, 2); got != "missing" {
@@ -294,8 +265,8 @@ func TestSkipStallRefusals(t *testing.T) {
 func TestSkipStallBeforeTheFillStarted(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	mustExec(t, db, `SELECT outbox.publish('t', '{}')`)
-	_, err := store.NewSkips(store.MustSchema("outbox")).Skip(context.Background(), db.Pool, 1, "r", "a", nil)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
+	_, err := store.NewSkips(store.MustSchema("outbox")).Skip(context.Background(), db.Pool, store.SkipParams{To: 1, Reason: "r", Operator: "a"})
 	if err == nil || !strings.Contains(err.Error(), "not anchored") {
 		t.Errorf("skip before the first fill pass: %v, want a refusal", err)
 	}
@@ -308,11 +279,8 @@ func TestRegrantRolesRenewsTheOperator(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	op := db.Operator(t)
-	mustExec(t, db, `REVOKE SELECT ON outbox.stall_skips FROM `+pgx.Identifier{op.Name}.Sanitize())
-	var n int
-	if err := db.Pool.QueryRow(ctx, `SELECT outbox.regrant_roles()`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `REVOKE SELECT ON outbox.stall_skips FROM `+pgx.Identifier{op.Name}.Sanitize())
+	n := testdb.Scalar[int](t, db.Pool, `SELECT outbox.regrant_roles()`)
 	if n != 1 {
 		t.Errorf("regrant_roles() = %d, want 1 (the operator)", n)
 	}

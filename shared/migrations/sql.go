@@ -5,10 +5,23 @@
 // two processes run it at once.
 package migrations
 
-import "embed"
+import (
+	"embed"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
+)
 
 // Files holds NNNN_name.sql migrations. Each is a template: {{schema}} is
 // replaced with the quoted schema name, {{schema_name}} with its text.
 //
-//go:embed *.sql
+//go:embed [0-9]*.sql
 var Files embed.FS
+
+// bookkeepingFile is schema_migrations.sql: the migrator's own statements,
+// not a migration.
+//
+//go:embed schema_migrations.sql
+var bookkeepingFile embed.FS
+
+// schemaMigrationsSQL are the statements on <schema>.schema_migrations.
+var schemaMigrationsSQL = sqltext.MustParse(bookkeepingFile, "schema_migrations.sql")

@@ -113,7 +113,7 @@ func ReadStatus(ctx context.Context, q store.Querier, schema string) (*Status, e
 func readStatus(ctx context.Context, q store.Querier, schema string, list []Migration) (*Status, error) {
 	table := pgx.Identifier{schema, "schema_migrations"}.Sanitize()
 	recorded := map[string]recordedRow{}
-	rows, err := q.Query(ctx, `SELECT to_jsonb(m) FROM `+table+` AS m`)
+	rows, err := q.Query(ctx, schemaMigrationsSQL.Statement("status", schema))
 	var raws [][]byte
 	if err == nil {
 		raws, err = pgx.CollectRows(rows, pgx.RowTo[[]byte])
@@ -162,6 +162,29 @@ func readStatus(ctx context.Context, q store.Querier, schema string, list []Migr
 	sort.Slice(unknown, func(i, j int) bool { return unknown[i].Name < unknown[j].Name })
 	st.Entries = append(st.Entries, unknown...)
 	return st, nil
+}
+
+// AppliedAt is when the migration name was applied to schema, nil if it
+// was not.
+func AppliedAt(ctx context.Context, q store.Querier, schema store.Schema, name string) (*time.Time, error) {
+	var at *time.Time
+	err := q.QueryRow(ctx, schemaMigrationsSQL.Statement("applied_at", schema.Name()), pgx.StrictNamedArgs{"name": name}).Scan(&at)
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	return at, nil
+}
+
+// AppliedIn says whether a migration of schema was applied in the
+// transaction whose now() was at: whether a row stamped at was written by
+// a migration, not by a pass.
+func AppliedIn(ctx context.Context, q store.Querier, schema store.Schema, at time.Time) (bool, error) {
+	var in bool
+	err := q.QueryRow(ctx, schemaMigrationsSQL.Statement("applied_in", schema.Name()), pgx.StrictNamedArgs{"at": at}).Scan(&in)
+	if err != nil {
+		return false, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	return in, nil
 }
 
 // VersionError is a schema this build cannot run on: behind it (Pending

@@ -157,7 +157,7 @@ func toolBody(b bookkeeping, schema string, m Migration, first bool, done []Migr
 	p("%s;\n", b.pinPath)
 	p("-- A lock wait is bounded: behind a long transaction this file stops (SQLSTATE 55P03,\n")
 	p("-- nothing applied) instead of queueing every publisher behind it; apply it again later.\n")
-	p("%s;\n", b.lockTimeout)
+	p("%s;\n", b.lockTimeoutLiteral())
 	p("%s;\n", b.lock)
 	if creates {
 		// The migrator's own check: CREATE SCHEMA IF NOT EXISTS would need

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -39,16 +40,26 @@ func oldMigrator(t *testing.T, db *testdb.DB, schema string, n int) {
 	t.Helper()
 	ctx := context.Background()
 	q := pgx.Identifier{schema}.Sanitize()
-	if _, err := db.Pool.Exec(ctx, `CREATE SCHEMA `+q+`; CREATE TABLE `+q+`.schema_migrations (
-		name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `CREATE SCHEMA `+q+`; CREATE TABLE `+q+`.schema_migrations (
+		name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`)
 	for _, m := range mustLoad(t, schema)[:n] {
 		if _, err := db.Pool.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
 			t.Fatalf("%s: %v", m.Name, err)
 		}
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO `+q+`.schema_migrations (name) VALUES ($1)`, m.Name); err != nil {
-			t.Fatal(err)
+		db.Exec(t, `INSERT INTO `+q+`.schema_migrations (name) VALUES ($1)`, m.Name)
+	}
+}
+
+// The migrator's own statements (schema_migrations.sql) sit beside the
+// migrations but are not one: every migration is a numbered file.
+func TestMigrationsAreTheNumberedFilesOnly(t *testing.T) {
+	list := mustLoad(t, "outbox")
+	if len(list) == 0 {
+		t.Fatal("no migrations embedded")
+	}
+	for _, m := range list {
+		if v := m.Version(); v == 0 || !strings.HasPrefix(m.Name, fmt.Sprintf("%04d_", v)) {
+			t.Errorf("%s is not a numbered migration (NNNN_name.sql)", m.Name)
 		}
 	}
 }
@@ -122,13 +133,9 @@ func TestApplyRefusesAChangedFile(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	oldMigrator(t, db, "edited", 2)
-	if _, err := db.Pool.Exec(ctx, `ALTER TABLE edited.schema_migrations ADD COLUMN checksum text,
-		ADD COLUMN compatible boolean NOT NULL DEFAULT false`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE edited.schema_migrations SET checksum = 'feedface00' WHERE name = '0002_deliveries.sql'`); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `ALTER TABLE edited.schema_migrations ADD COLUMN checksum text,
+		ADD COLUMN compatible boolean NOT NULL DEFAULT false`)
+	db.Exec(t, `UPDATE edited.schema_migrations SET checksum = 'feedface00' WHERE name = '0002_deliveries.sql'`)
 	_, err := migrate.Apply(ctx, db.Pool, "edited")
 	var changed *migrate.ChangedError
 	if !errors.As(err, &changed) {
@@ -140,10 +147,7 @@ func TestApplyRefusesAChangedFile(t *testing.T) {
 	if !strings.Contains(err.Error(), "changed after it was applied") {
 		t.Errorf("message %q does not say what happened", err)
 	}
-	var pending int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edited.schema_migrations`).Scan(&pending); err != nil {
-		t.Fatal(err)
-	}
+	pending := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM edited.schema_migrations`)
 	if pending != 2 {
 		t.Errorf("%d migrations recorded after the refusal, want the 2 there before", pending)
 	}
@@ -192,9 +196,7 @@ func TestCheck(t *testing.T) {
 	})
 	t.Run("behind", func(t *testing.T) {
 		db := testdb.New(t)
-		if _, err := db.Pool.Exec(ctx, `DELETE FROM outbox.schema_migrations WHERE name = $1`, latest.Name); err != nil {
-			t.Fatal(err)
-		}
+		db.Exec(t, `DELETE FROM outbox.schema_migrations WHERE name = $1`, latest.Name)
 		err := migrate.Check(ctx, db.Pool, "outbox")
 		var verr *migrate.VersionError
 		if !errors.As(err, &verr) {
@@ -214,9 +216,7 @@ func TestCheck(t *testing.T) {
 	})
 	t.Run("ahead", func(t *testing.T) {
 		db := testdb.New(t)
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox.schema_migrations (name, checksum) VALUES ('9999_from_the_future.sql', 'abc')`); err != nil {
-			t.Fatal(err)
-		}
+		db.Exec(t, `INSERT INTO outbox.schema_migrations (name, checksum) VALUES ('9999_from_the_future.sql', 'abc')`)
 		err := migrate.Check(ctx, db.Pool, "outbox")
 		var verr *migrate.VersionError
 		if !errors.As(err, &verr) {
@@ -233,9 +233,7 @@ func TestCheck(t *testing.T) {
 	})
 	t.Run("ahead, compatible", func(t *testing.T) {
 		db := testdb.New(t)
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox.schema_migrations (name, checksum, compatible) VALUES ('9999_adds_a_table.sql', 'abc', true)`); err != nil {
-			t.Fatal(err)
-		}
+		db.Exec(t, `INSERT INTO outbox.schema_migrations (name, checksum, compatible) VALUES ('9999_adds_a_table.sql', 'abc', true)`)
 		if err := migrate.Check(ctx, db.Pool, "outbox"); err != nil {
 			t.Fatalf("Check with a newer compatible migration: %v", err)
 		}
@@ -317,8 +315,7 @@ func TestPrintedScriptMigratesLikeApply(t *testing.T) {
 // definitions, the schema's name taken out.
 func objects(t *testing.T, db *testdb.DB, schema string) string {
 	t.Helper()
-	var s string
-	if err := db.Pool.QueryRow(context.Background(), `
+	s := testdb.Scalar[string](t, db.Pool, `
 		SELECT string_agg(x, E'\n' ORDER BY x) FROM (
 			SELECT c.relname || ' ' || c.relkind::text || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) AS x
 			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -328,9 +325,7 @@ func objects(t *testing.T, db *testdb.DB, schema string) string {
 			SELECT p.proname || ' ' || p.prosecdef::text || ' ' || coalesce(array_to_string(p.proconfig, ','), '') || ' ' ||
 				replace(pg_get_functiondef(p.oid), $1, 'S')
 			FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1
-		) o`, schema).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
+		) o`, schema)
 	return s
 }
 

@@ -6,20 +6,36 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // MaxRead is the most events one read returns (read_events caps it), so
 // one read is always a bounded amount of work.
-const MaxRead = store.MaxRead
+const MaxRead = 10000
 
 // MaxConsumerName is the longest consumer name, in bytes, that
-// <schema>.commit_position takes; Consume refuses a longer one before it
-// sends anything.
-const MaxConsumerName = store.MaxConsumerName
+// <schema>.commit_position takes (migration 0016: the name is the
+// consumers table's primary key, and a btree entry must fit a third of a
+// page); Consume refuses a longer one before it sends anything.
+const MaxConsumerName = 200
+
+// validConsumerName says why commit_position would refuse name, or nil.
+func validConsumerName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("the consumer name must not be empty")
+	case len(name) > MaxConsumerName:
+		// Quote its start only, cut on a character boundary.
+		keep := 40
+		for keep > 0 && !utf8.RuneStart(name[keep]) {
+			keep--
+		}
+		return fmt.Errorf("the consumer name %q... is %d bytes long, more than %d", name[:keep], len(name), MaxConsumerName)
+	}
+	return nil
+}
 
 // ConsumerOptions configure Consume.
 type ConsumerOptions struct {
@@ -76,18 +92,17 @@ func (o *Outbox) Consume(ctx context.Context, opts ConsumerOptions, handle func(
 	if opts.Name == "" {
 		return errors.New("outbox: Consume: the consumer needs a Name")
 	}
-	if err := store.ValidConsumerName(opts.Name); err != nil {
+	if err := validConsumerName(opts.Name); err != nil {
 		return fmt.Errorf("outbox: Consume: Name: %w", err)
 	}
 	if opts.Start < 0 || opts.Batch < 0 || opts.Poll < 0 {
 		return errors.New("outbox: Consume: Start, Batch and Poll must not be negative")
 	}
 	opts = opts.withDefaults()
-	consumers := store.NewConsumers(o.schema)
 	// Registers a new consumer at Start and answers a registered one's
 	// stored position (positions never move back), in one call that
 	// needs no privilege on the table itself.
-	position, err := consumers.Commit(ctx, o.db, opts.Name, opts.Start)
+	position, err := o.commit(ctx, opts.Name, opts.Start)
 	if err != nil {
 		return fmt.Errorf("outbox: register: %w", err)
 	}
@@ -112,10 +127,21 @@ func (o *Outbox) Consume(ctx context.Context, opts ConsumerOptions, handle func(
 				opts.Name, events[0].Sequence, events[len(events)-1].Sequence, err)
 		}
 		last := events[len(events)-1].Sequence
-		if position, err = consumers.Commit(ctx, o.db, opts.Name, last); err != nil {
+		if position, err = o.commit(ctx, opts.Name, last); err != nil {
 			return ctxOr(ctx, fmt.Errorf("outbox: %w", err))
 		}
 	}
+}
+
+// commit records position for consumer name (registering it) and returns
+// the position stored, which is higher than position when a later one was
+// committed already.
+func (o *Outbox) commit(ctx context.Context, name string, position int64) (int64, error) {
+	var stored int64
+	if err := o.db.QueryRow(ctx, o.sql.commitPosition, pgx.StrictNamedArgs{"name": name, "position": position}).Scan(&stored); err != nil {
+		return 0, fmt.Errorf("commit position %d for consumer %q: %w", position, name, err)
+	}
+	return stored, nil
 }
 
 // ctxOr is ctx's error when ctx ended (the cause of err), else err.

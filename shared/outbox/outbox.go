@@ -1,6 +1,9 @@
 // Package outbox is what applications import: publish events inside their
 // own transactions, report the sequences a rollback burned, read the
-// ordered stream, and drive deliveries. SQL lives in shared/store.
+// ordered stream, and drive deliveries. Its statements are in the tables'
+// files (internal/store's events.sql, deliveries.sql, consumers.sql), with
+// every other statement on those tables; it runs them here, into its own
+// types.
 package outbox
 
 import (
@@ -35,19 +38,6 @@ type Event struct {
 // Placeholder says the row marks an abandoned sequence; consumers skip it.
 func (e Event) Placeholder() bool { return e.FilledBy != "" }
 
-// Delivery is one row of the delivery outbox (State: pending, delivered,
-// acked or dead). An alias of the SQL layer's row, so there is one
-// definition to keep in step with the table.
-type Delivery = store.Delivery
-
-// ErrLostRace is matched (errors.Is) by every *StateConflictError.
-var ErrLostRace = store.ErrLostRace
-
-// StateConflictError is a lost compare-and-set on a delivery: the row was
-// not in the state the transition starts from (another relay, an ack or
-// the sweep moved it).
-type StateConflictError = store.StateConflictError
-
 // RollbackReporter sends a rollback report; sqsreport.Reporter is the one
 // for the compensate function's queue.
 type RollbackReporter interface {
@@ -75,12 +65,11 @@ type Options struct {
 
 // Outbox is safe for concurrent use.
 type Outbox struct {
-	db         DB
-	schema     store.Schema
-	events     *store.Events
-	deliveries *store.Deliveries
-	reporter   RollbackReporter
-	log        *slog.Logger
+	db       DB
+	schema   store.Schema
+	sql      statements
+	reporter RollbackReporter
+	log      *slog.Logger
 }
 
 // New validates the options.
@@ -99,12 +88,11 @@ func New(db DB, opts Options) (*Outbox, error) {
 		opts.Logger = slog.Default()
 	}
 	return &Outbox{
-		db:         db,
-		schema:     schema,
-		events:     store.NewEvents(schema),
-		deliveries: store.NewDeliveries(schema),
-		reporter:   opts.Reporter,
-		log:        opts.Logger,
+		db:       db,
+		schema:   schema,
+		sql:      newStatements(schema),
+		reporter: opts.Reporter,
+		log:      opts.Logger,
 	}, nil
 }
 
@@ -132,8 +120,8 @@ func (o *Outbox) publish(ctx context.Context, q store.Querier, topic string, arg
 	if topic == "" {
 		return nil, 0, errors.New("outbox: publish: empty topic")
 	}
-	var headers []byte
-	docs := make([][]byte, 0, len(args))
+	var headers any // NULL without
+	docs := make([]string, 0, len(args))
 	for _, a := range args {
 		if h, ok := a.(Headers); ok {
 			if h == nil {
@@ -146,19 +134,33 @@ func (o *Outbox) publish(ctx context.Context, q store.Querier, topic string, arg
 			if err != nil {
 				return nil, 0, fmt.Errorf("outbox: publish to %s: headers: %w", topic, err)
 			}
-			headers = doc
+			headers = string(doc)
 			continue
 		}
 		doc, err := toJSON(a)
 		if err != nil {
 			return nil, 0, fmt.Errorf("outbox: publish to %s: payload %d: %w", topic, len(docs), err)
 		}
-		docs = append(docs, doc)
+		docs = append(docs, string(doc))
 	}
 	if len(docs) == 0 {
 		return nil, 0, errors.New("outbox: publish: no payloads")
 	}
-	return o.events.Publish(ctx, q, topic, docs, headers)
+	type published struct {
+		Sequence int64
+		XID      uint64
+	}
+	named := pgx.StrictNamedArgs{"topic": topic, "payloads": docs, "headers": headers}
+	got, err := store.Rows(ctx, q, o.sql.publish, named, pgx.RowToStructByPos[published])
+	if err != nil {
+		return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
+	}
+	seqs := make([]int64, len(got))
+	var xid uint64
+	for i, p := range got {
+		seqs[i], xid = p.Sequence, p.XID
+	}
+	return seqs, xid, nil
 }
 
 func toJSON(p any) ([]byte, error) {
@@ -186,60 +188,18 @@ func (o *Outbox) ReadContiguous(ctx context.Context, after int64, limit int) ([]
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := o.events.ReadContiguous(ctx, o.db, after, limit)
+	out, err := store.Rows(ctx, o.db, o.sql.readEvents, pgx.StrictNamedArgs{"after": after, "max": limit}, pgx.RowToStructByPos[Event])
 	if err != nil {
-		return nil, err
-	}
-	out := make([]Event, len(rows))
-	for i, r := range rows {
-		out[i] = Event(r)
+		return nil, fmt.Errorf("read events after %d: %w", after, err)
 	}
 	return out, nil
 }
 
 // Head is the allocation head: the highest sequence handed to any writer.
 func (o *Outbox) Head(ctx context.Context) (int64, error) {
-	return o.events.Head(ctx, o.db)
-}
-
-// NewDelivery is a row to enqueue.
-type NewDelivery struct {
-	Recipient string
-	Kind      string
-	TenantID  *string
-	Payload   []byte
-}
-
-// Enqueue adds a pending delivery. Pass the application's transaction to
-// enqueue atomically with its own writes, or nil to use the Outbox's DB.
-func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, d NewDelivery) (int64, error) {
-	return o.deliveries.Enqueue(ctx, o.querier(tx), d.Recipient, d.Kind, d.TenantID, d.Payload)
-}
-
-// ClaimPending locks up to limit pending rows for tx (FOR UPDATE SKIP
-// LOCKED): concurrent relays claim disjoint rows.
-func (o *Outbox) ClaimPending(ctx context.Context, tx pgx.Tx, limit int) ([]Delivery, error) {
-	if tx == nil {
-		return nil, errors.New("outbox: ClaimPending needs a transaction to hold its row locks")
+	var h int64
+	if err := o.db.QueryRow(ctx, o.sql.head).Scan(&h); err != nil {
+		return 0, fmt.Errorf("read allocation head: %w", err)
 	}
-	return o.deliveries.ClaimPending(ctx, tx, limit)
-}
-
-// MarkDelivered moves a delivery pending→delivered (attempts+1,
-// delivered_at now). A lost race returns a *StateConflictError.
-func (o *Outbox) MarkDelivered(ctx context.Context, tx pgx.Tx, id int64) error {
-	return o.deliveries.MarkDelivered(ctx, o.querier(tx), id)
-}
-
-// Ack moves a delivery delivered→acked. A lost race (the sweep reset it,
-// or it was already acked) returns a *StateConflictError.
-func (o *Outbox) Ack(ctx context.Context, tx pgx.Tx, id int64) error {
-	return o.deliveries.Ack(ctx, o.querier(tx), id)
-}
-
-func (o *Outbox) querier(tx pgx.Tx) store.Querier {
-	if tx == nil {
-		return o.db
-	}
-	return tx
+	return h, nil
 }

@@ -39,10 +39,7 @@ func TestPublishRecordsXIDAndReturnsSequencesInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var xid string
-	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
-		t.Fatal(err)
-	}
+	xid := testdb.Scalar[string](t, tx, `SELECT pg_current_xact_id()::text`)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +91,7 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 	// it already is, so nothing changes when it commits.
 	const lockSequence = `BEGIN; ALTER SEQUENCE outbox.events_sequence_seq CACHE 1`
 	blocker := db.Connect(t)
-	if _, err := blocker.Exec(ctx, lockSequence); err != nil {
-		t.Fatal(err)
-	}
+	testdb.Exec(t, blocker, lockSequence)
 	writer := db.Connect(t)
 	var writerPID uint32 = writer.PgConn().PID()
 
@@ -137,11 +132,8 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 		// waits for.
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			var parked bool
-			if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted
-				AND relation = 'outbox.events_sequence_seq'::regclass)`, writerPID).Scan(&parked); err != nil {
-				t.Fatal(err)
-			}
+			parked := testdb.Scalar[bool](t, db.Pool, `SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted
+				AND relation = 'outbox.events_sequence_seq'::regclass)`, writerPID)
 			if parked {
 				break
 			}
@@ -156,14 +148,8 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 		// different instants, so one row can show a wait that began just
 		// after the xid it does not show yet. Parked, the writer's xid can
 		// no longer change.
-		var xid *string
-		if err := db.Pool.QueryRow(ctx, `SELECT backend_xid::text FROM pg_stat_activity WHERE pid = $1`, writerPID).Scan(&xid); err != nil {
-			t.Fatal(err)
-		}
-		var head int64
-		if err := db.Pool.QueryRow(ctx, `SELECT outbox.allocation_head()`).Scan(&head); err != nil {
-			t.Fatal(err)
-		}
+		xid := testdb.Scalar[*string](t, db.Pool, `SELECT backend_xid::text FROM pg_stat_activity WHERE pid = $1`, writerPID)
+		head := testdb.Scalar[int64](t, db.Pool, `SELECT outbox.allocation_head()`)
 		err := release()
 		if xid == nil {
 			t.Fatalf("%s: writer is allocating (head %d) without an xid", path, head)
@@ -172,9 +158,7 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 			t.Fatalf("%s: %v", path, err)
 		}
 		// Take the lock again for the next round.
-		if _, err := blocker.Exec(ctx, lockSequence); err != nil {
-			t.Fatal(err)
-		}
+		testdb.Exec(t, blocker, lockSequence)
 	}
 	_, _ = blocker.Exec(ctx, `ROLLBACK`)
 }
@@ -349,10 +333,7 @@ func TestRacingTransitionsHaveOneWinner(t *testing.T) {
 	}
 	race("MarkDelivered", func(id int64) error { return ob.MarkDelivered(ctx, nil, id) })
 	race("Ack", func(id int64) error { return ob.Ack(ctx, nil, id) })
-	var badAttempts int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.deliveries WHERE attempts <> 1 OR state <> 'acked'`).Scan(&badAttempts); err != nil {
-		t.Fatal(err)
-	}
+	badAttempts := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE attempts <> 1 OR state <> 'acked'`)
 	if badAttempts != 0 {
 		t.Fatalf("%d rows delivered twice or not acked", badAttempts)
 	}
@@ -397,10 +378,7 @@ func TestDeliveredAtIsTheMarkTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	var claimedAt time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&claimedAt); err != nil {
-		t.Fatal(err)
-	}
+	claimedAt := testdb.Scalar[time.Time](t, tx, `SELECT now()`)
 	if _, err := ob.ClaimPending(ctx, tx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -411,10 +389,7 @@ func TestDeliveredAtIsTheMarkTime(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var deliveredAt time.Time
-	if err := db.Pool.QueryRow(ctx, `SELECT delivered_at FROM outbox.deliveries WHERE id = $1`, id).Scan(&deliveredAt); err != nil {
-		t.Fatal(err)
-	}
+	deliveredAt := testdb.Scalar[time.Time](t, db.Pool, `SELECT delivered_at FROM outbox.deliveries WHERE id = $1`, id)
 	if deliveredAt.Sub(claimedAt) < 250*time.Millisecond {
 		t.Fatalf("delivered_at %s is the claim time %s, not the mark time", deliveredAt, claimedAt)
 	}

@@ -43,13 +43,6 @@ func publishCommitted(t *testing.T, ob *outbox.Outbox, n int) []int64 {
 	return seqs
 }
 
-func mustExec(t *testing.T, db *testdb.DB, sql string, args ...any) {
-	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 // sqlRead is read_events called as any language calls it.
 func sqlRead(t *testing.T, db *testdb.DB, after int64, max int) []int64 {
 	t.Helper()
@@ -83,8 +76,8 @@ func TestConsumerCrossesAPrunedPrefixAndStopsAtAnUnprovenGap(t *testing.T) {
 	ob := newOutbox(t, db, outbox.Options{})
 	publishCommitted(t, ob, 10) // 1..10
 	// The fill has passed 10; prune deletes 1..6 (recorded long ago).
-	mustExec(t, db, `UPDATE outbox.fill_state SET started = true, watermark = 10`)
-	mustExec(t, db, `UPDATE outbox.events SET recorded_at = now() - interval '2 days' WHERE sequence <= 6`)
+	db.Exec(t, `UPDATE outbox.fill_state SET started = true, watermark = 10`)
+	db.Exec(t, `UPDATE outbox.events SET recorded_at = now() - interval '2 days' WHERE sequence <= 6`)
 	pr, err := prune.New(db.Pool, prune.Config{Schema: testdb.Schema, EventsAfter: 24 * time.Hour}, prune.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -134,31 +127,26 @@ func TestReadEventsArguments(t *testing.T) {
 	db := testdb.New(t)
 	ob := newOutbox(t, db, outbox.Options{})
 	publishCommitted(t, ob, 5)
-	var n int
 	for _, c := range []struct {
-		sql  string
+		call string
 		want int
 	}{
-		{`SELECT count(*) FROM outbox.read_events(NULL, 10)`, 5},
-		{`SELECT count(*) FROM outbox.read_events(-3, 10)`, 5},
-		{`SELECT count(*) FROM outbox.read_events(0, 2)`, 2},
-		{`SELECT count(*) FROM outbox.read_events(0, 0)`, 0},
-		{`SELECT count(*) FROM outbox.read_events(0, NULL)`, 0},
-		{`SELECT count(*) FROM outbox.read_events(after => 3, max => 10)`, 2},
+		{`read_events(NULL, 10)`, 5},
+		{`read_events(-3, 10)`, 5},
+		{`read_events(0, 2)`, 2},
+		{`read_events(0, 0)`, 0},
+		{`read_events(0, NULL)`, 0},
+		{`read_events(after => 3, max => 10)`, 2},
 	} {
-		if err := db.Pool.QueryRow(context.Background(), c.sql).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", c.sql, err)
-		}
-		if n != c.want {
-			t.Errorf("%s = %d, want %d", c.sql, n, c.want)
-		}
+		t.Run(c.call, func(t *testing.T) {
+			if n := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM outbox.`+c.call); n != c.want {
+				t.Errorf("%s = %d, want %d", c.call, n, c.want)
+			}
+		})
 	}
-	mustExec(t, db, `SELECT setval('outbox.events_sequence_seq', 20000)`)
-	mustExec(t, db, `INSERT INTO outbox.events (sequence, xid, topic, payload) SELECT g, '5', 't', '{}' FROM generate_series(6, 20000) g`)
-	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox.read_events(0, 50000)`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != outbox.MaxRead {
+	db.Exec(t, `SELECT setval('outbox.events_sequence_seq', 20000)`)
+	db.Exec(t, `INSERT INTO outbox.events (sequence, xid, topic, payload) SELECT g, '5', 't', '{}' FROM generate_series(6, 20000) g`)
+	if n := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM outbox.read_events(0, 50000)`); n != outbox.MaxRead {
 		t.Errorf("read_events(0, 50000) returned %d rows, want the cap %d", n, outbox.MaxRead)
 	}
 }
@@ -225,18 +213,19 @@ func TestCommitPositionBoundsTheConsumerName(t *testing.T) {
 		{"6,400 bytes", long.String()[:6400]},
 		{"201 bytes", strings.Repeat("é", 100) + "x"},
 	} {
-		err := commit(c.name)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "22023" {
-			t.Errorf("a name of %s: %v, want invalid_parameter_value (22023)", c.what, err)
-			continue
-		}
-		if !strings.Contains(pgErr.Message, "more than 200") || !strings.Contains(pgErr.Message, "bytes long") {
-			t.Errorf("a name of %s: message %q does not state the bound", c.what, pgErr.Message)
-		}
-		if len(pgErr.Message) > 200 {
-			t.Errorf("a name of %s: the message quotes it whole (%d bytes)", c.what, len(pgErr.Message))
-		}
+		t.Run(c.what, func(t *testing.T) {
+			err := commit(c.name)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "22023" {
+				t.Fatalf("a name of %s: %v, want invalid_parameter_value (22023)", c.what, err)
+			}
+			if !strings.Contains(pgErr.Message, "more than 200") || !strings.Contains(pgErr.Message, "bytes long") {
+				t.Errorf("a name of %s: message %q does not state the bound", c.what, pgErr.Message)
+			}
+			if len(pgErr.Message) > 200 {
+				t.Errorf("a name of %s: the message quotes it whole (%d bytes)", c.what, len(pgErr.Message))
+			}
+		})
 	}
 	if err := commit(strings.Repeat("é", 100)); err != nil {
 		t.Errorf("a name of exactly 200 bytes: %v", err)
@@ -266,9 +255,7 @@ func TestConsumeRefusesALongNameBeforeItSends(t *testing.T) {
 func listen(t *testing.T, db *testdb.DB) *pgx.Conn {
 	t.Helper()
 	conn := db.Connect(t)
-	if _, err := conn.Exec(context.Background(), `LISTEN outbox_events`); err != nil {
-		t.Fatal(err)
-	}
+	testdb.Exec(t, conn, `LISTEN outbox_events`)
 	return conn
 }
 
@@ -296,7 +283,7 @@ func TestPublishNotifiesOncePerCommittingTransaction(t *testing.T) {
 	ctx := context.Background()
 	ob := newOutbox(t, db, outbox.Options{})
 	conn := listen(t, db)
-	mustExec(t, db, `SELECT outbox.set_publish_notifications(true)`)
+	db.Exec(t, `SELECT outbox.set_publish_notifications(true)`)
 
 	// Three publish calls, four events, one transaction: 1..4.
 	if err := ob.InTx(ctx, func(ctx context.Context, tx *outbox.Tx) error {
@@ -370,12 +357,12 @@ func TestPublishNotificationsAreOffUntilSwitchedOn(t *testing.T) {
 	if got := notifications(t, conn, 500*time.Millisecond); len(got) != 0 {
 		t.Errorf("notifications by default = %q, want none", got)
 	}
-	mustExec(t, db, `SELECT outbox.set_publish_notifications(true)`)
+	db.Exec(t, `SELECT outbox.set_publish_notifications(true)`)
 	publishCommitted(t, ob, 1)
 	if got := notifications(t, conn, 500*time.Millisecond); !slices.Equal(got, []string{`{"min":2,"max":2}`}) {
 		t.Errorf("notifications when on = %q, want one for 2", got)
 	}
-	mustExec(t, db, `SELECT outbox.set_publish_notifications(false)`)
+	db.Exec(t, `SELECT outbox.set_publish_notifications(false)`)
 	publishCommitted(t, ob, 1)
 	if got := notifications(t, conn, 500*time.Millisecond); len(got) != 0 {
 		t.Errorf("notifications when off again = %q, want none", got)
@@ -463,7 +450,7 @@ func TestConsumeWakesOnTheNotification(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ob := newOutbox(t, db, outbox.Options{})
-	mustExec(t, db, `SELECT outbox.set_publish_notifications(true)`)
+	db.Exec(t, `SELECT outbox.set_publish_notifications(true)`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got := make(chan []int64, 4)
@@ -597,10 +584,7 @@ func TestWrapReportsARollbackWithTheXID(t *testing.T) {
 	if !ok {
 		t.Fatal("XID unknown after Publish")
 	}
-	var inTx string
-	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&inTx); err != nil {
-		t.Fatal(err)
-	}
+	inTx := testdb.Scalar[string](t, tx, `SELECT pg_current_xact_id()::text`)
 	if strconv.FormatUint(xid, 10) != inTx {
 		t.Errorf("XID() = %d, pg_current_xact_id() = %s", xid, inTx)
 	}
@@ -674,7 +658,7 @@ func TestDatabaseSQLRecipe(t *testing.T) {
 	if _, err := sqldb.ExecContext(ctx, `SELECT outbox.publish('order.placed', '{"id":2}')`); err != nil {
 		t.Fatal(err)
 	}
-	mustExec(t, db, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'compensate')`, seq)
+	db.Exec(t, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'compensate')`, seq)
 	rows, err := sqldb.QueryContext(ctx, `SELECT sequence, filled_by IS NOT NULL FROM outbox.read_events($1, $2)`, 0, 100)
 	if err != nil {
 		t.Fatal(err)

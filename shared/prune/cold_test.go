@@ -33,7 +33,7 @@ func TestDeletesAreLinearOnColdStatistics(t *testing.T) {
 	}
 	var d store.DeliveryPruneBatch
 	coldplan.Linear(t, ctx, db.DirectURL, "prune's delete of deliveries", batch, func(conn *pgx.Conn) (err error) {
-		d, err = store.NewDeliveryPrune(db.Schema).Prune(ctx, coldplan.Bounded(conn), 0, time.Minute, -1, batch)
+		d, err = store.NewDeliveryPrune(db.Schema).Prune(ctx, coldplan.Bounded(conn), store.DeliveryPruneParams{AckedAfter: time.Minute, DeadAfter: -1, Limit: batch})
 		return err
 	})
 	if d.Acked != batch || d.Done {
@@ -41,7 +41,7 @@ func TestDeletesAreLinearOnColdStatistics(t *testing.T) {
 	}
 	var e store.PruneBatch
 	coldplan.Linear(t, ctx, db.DirectURL, "prune's delete of events", batch, func(conn *pgx.Conn) (err error) {
-		e, err = store.NewEventPrune(db.Schema).Prune(ctx, coldplan.Bounded(conn), 0, time.Minute, batch)
+		e, err = store.NewEventPrune(db.Schema).Prune(ctx, coldplan.Bounded(conn), store.EventPruneParams{OlderThan: time.Minute, Limit: batch})
 		return err
 	})
 	if e.Deleted != batch || e.Done {

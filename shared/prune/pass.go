@@ -72,7 +72,7 @@ func (s *Service) work(ctx context.Context, q store.Querier, end time.Time, res 
 			return nil
 		}
 		if deliveries.active {
-			b, err := s.deliveries.Prune(ctx, q, deliveries.at, s.cfg.AckedAfter, s.cfg.DeadAfter, s.cfg.BatchLimit)
+			b, err := s.deliveries.Prune(ctx, q, store.DeliveryPruneParams{Cursor: deliveries.at, AckedAfter: s.cfg.AckedAfter, DeadAfter: s.cfg.DeadAfter, Limit: s.cfg.BatchLimit})
 			if err != nil {
 				return fmt.Errorf("prune: %w", err)
 			}
@@ -83,7 +83,7 @@ func (s *Service) work(ctx context.Context, q store.Querier, end time.Time, res 
 			deliveries.move(b.Cursor, b.Done)
 		}
 		if events.active {
-			b, err := s.events.Prune(ctx, q, events.at, s.cfg.EventsAfter, s.cfg.BatchLimit)
+			b, err := s.events.Prune(ctx, q, store.EventPruneParams{Cursor: events.at, OlderThan: s.cfg.EventsAfter, Limit: s.cfg.BatchLimit})
 			if err != nil {
 				return fmt.Errorf("prune: %w", err)
 			}

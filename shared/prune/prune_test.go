@@ -475,7 +475,7 @@ func TestPruneKeepsARowReopenedWhileItsBatchWaited(t *testing.T) {
 	}()
 	// The pass's delete waits on the operator's row lock.
 	deadline := time.Now().Add(10 * time.Second)
-	for scalar[int64](t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%prune_deliveries%'`) == 0 {
+	for scalar[int64](t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, store.DeliveriesSQL.Tag("prune")+"%") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the prune's delete never waited on the reopened row")
 		}

@@ -24,14 +24,16 @@ func TestParseValid(t *testing.T) {
 		{`{"v":1,"xid":"9223372036854775807","sequences":[9223372036854775807]}`, 1<<63 - 1, true, []int64{1<<63 - 1}},
 	}
 	for _, c := range cases {
-		r, err := Parse([]byte(c.body), 10)
-		if err != nil {
-			t.Errorf("Parse(%s): %v", c.body, err)
-			continue
-		}
-		if r.XID != c.xid || r.HasXID != c.hasXID || !slices.Equal(r.Sequences, c.seqs) {
-			t.Errorf("Parse(%s) = %+v, want xid %d/%v seqs %v", c.body, r, c.xid, c.hasXID, c.seqs)
-		}
+		t.Run(c.body, func(t *testing.T) {
+			r, err := Parse([]byte(c.body), 10)
+			if err != nil {
+				t.Errorf("Parse(%s): %v", c.body, err)
+				return
+			}
+			if r.XID != c.xid || r.HasXID != c.hasXID || !slices.Equal(r.Sequences, c.seqs) {
+				t.Errorf("Parse(%s) = %+v, want xid %d/%v seqs %v", c.body, r, c.xid, c.hasXID, c.seqs)
+			}
+		})
 	}
 }
 
@@ -79,15 +81,17 @@ func TestParseInvalid(t *testing.T) {
 		{`{"v":1,"xid":"2","sequences":[1]}`, "special transaction id"},
 	}
 	for _, c := range cases {
-		_, err := Parse([]byte(c.body), 3)
-		var inv *InvalidError
-		if !errors.As(err, &inv) {
-			t.Errorf("Parse(%q) error = %v, want *InvalidError", c.body, err)
-			continue
-		}
-		if !strings.Contains(inv.Reason, c.reason) {
-			t.Errorf("Parse(%q) reason %q, want it to contain %q", c.body, inv.Reason, c.reason)
-		}
+		t.Run(c.body, func(t *testing.T) {
+			_, err := Parse([]byte(c.body), 3)
+			var inv *InvalidError
+			if !errors.As(err, &inv) {
+				t.Errorf("Parse(%q) error = %v, want *InvalidError", c.body, err)
+				return
+			}
+			if !strings.Contains(inv.Reason, c.reason) {
+				t.Errorf("Parse(%q) reason %q, want it to contain %q", c.body, inv.Reason, c.reason)
+			}
+		})
 	}
 }
 

@@ -32,7 +32,7 @@ func TestResetIsLinearOnColdStatistics(t *testing.T) {
 	}
 	var b store.SweepBatch
 	coldplan.Linear(t, ctx, db.DirectURL, "the sweep's reset", batch, func(conn *pgx.Conn) (err error) {
-		b, err = store.NewDeliverySweep(db.Schema).ResetStuck(ctx, coldplan.Bounded(conn), time.Minute, batch, 0)
+		b, err = store.NewDeliverySweep(db.Schema).ResetStuck(ctx, coldplan.Bounded(conn), store.ResetParams{StuckAfter: time.Minute, Limit: batch})
 		return err
 	})
 	if b.Reset != batch {

@@ -183,7 +183,7 @@ func (s *Service) pass(ctx context.Context, q store.Querier, bounded *store.Boun
 			res.More = true
 			break
 		}
-		b, err := s.deliveries.ResetStuck(ctx, q, s.cfg.StuckAfter, s.cfg.BatchLimit, s.cfg.maxRedeliveries())
+		b, err := s.deliveries.ResetStuck(ctx, q, store.ResetParams{StuckAfter: s.cfg.StuckAfter, Limit: s.cfg.BatchLimit, MaxRedeliveries: s.cfg.maxRedeliveries()})
 		if err != nil {
 			return fmt.Errorf("sweep: batch %d: %w", res.Batches+1, err)
 		}

@@ -662,7 +662,7 @@ func (s *statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.total++
-	if strings.HasPrefix(data.SQL, store.SweepResetTag) {
+	if strings.HasPrefix(data.SQL, store.DeliveriesSQL.Tag("sweep_reset")) {
 		s.resets++
 	}
 	return ctx
@@ -772,7 +772,7 @@ func (c *clockOnBatch) now() time.Time {
 
 func (c *clockOnBatch) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	for _, q := range b.QueuedQueries {
-		if strings.HasPrefix(q.SQL, store.SweepResetTag) {
+		if strings.HasPrefix(q.SQL, store.DeliveriesSQL.Tag("sweep_reset")) {
 			defer c.ticks.Add(1)
 		}
 	}
@@ -887,7 +887,7 @@ type cancelOnBatch struct {
 
 func (c *cancelOnBatch) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	for _, q := range b.QueuedQueries {
-		if strings.HasPrefix(q.SQL, store.SweepResetTag) && int(c.seen.Add(1)) == c.batch {
+		if strings.HasPrefix(q.SQL, store.DeliveriesSQL.Tag("sweep_reset")) && int(c.seen.Add(1)) == c.batch {
 			time.AfterFunc(50*time.Millisecond, c.cancel)
 		}
 	}
@@ -924,7 +924,7 @@ func TestCancelledMidPassKeepsOnlyCommittedBatches(t *testing.T) {
 	// no reset statement runs, then look.
 	deadline := time.Now().Add(10 * time.Second)
 	for scalar[int64](t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-		AND state = 'active' AND query LIKE $1`, store.SweepResetTag+"%") > 0 {
+		AND state = 'active' AND query LIKE $1`, store.DeliveriesSQL.Tag("sweep_reset")+"%") > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("cancelled reset statement still running after 10s")
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 )
 
 // statement is one set-based statement, run once at a batch size on a
@@ -42,7 +43,11 @@ func coldStatements(schema store.Schema, rows int) []statement {
 			return int64(len(p)), err
 		}},
 		{"read-events", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			e, err := events.ReadContiguous(ctx, conn, 0, batch)
+			ob, err := outbox.New(conn, outbox.Options{Schema: schema.Name()})
+			if err != nil {
+				return 0, err
+			}
+			e, err := ob.ReadContiguous(ctx, 0, batch)
 			return int64(len(e)), err
 		}},
 		{"fill-insert", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
@@ -54,15 +59,15 @@ func coldStatements(schema store.Schema, rows int) []statement {
 			return w.N, err
 		}},
 		{"prune-events", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			b, err := store.NewEventPrune(schema).Prune(ctx, coldplan.Bounded(conn), 0, time.Minute, batch)
+			b, err := store.NewEventPrune(schema).Prune(ctx, coldplan.Bounded(conn), store.EventPruneParams{OlderThan: time.Minute, Limit: batch})
 			return b.Deleted, err
 		}},
 		{"sweep-reset", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			b, err := store.NewDeliverySweep(schema).ResetStuck(ctx, coldplan.Bounded(conn), time.Minute, batch, 0)
+			b, err := store.NewDeliverySweep(schema).ResetStuck(ctx, coldplan.Bounded(conn), store.ResetParams{StuckAfter: time.Minute, Limit: batch})
 			return b.Reset, err
 		}},
 		{"prune-deliveries", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			b, err := store.NewDeliveryPrune(schema).Prune(ctx, coldplan.Bounded(conn), 0, time.Minute, -1, batch)
+			b, err := store.NewDeliveryPrune(schema).Prune(ctx, coldplan.Bounded(conn), store.DeliveryPruneParams{AckedAfter: time.Minute, DeadAfter: -1, Limit: batch})
 			return b.Acked, err
 		}},
 	}
@@ -176,7 +181,7 @@ func BenchmarkColdStatistics(b *testing.B) {
 		var reset int64
 		took := benchkit.Timed(func() {
 			for {
-				bt, err := sweep.ResetStuck(ctx, coldplan.Bounded(conn), time.Minute, 1_000, 0)
+				bt, err := sweep.ResetStuck(ctx, coldplan.Bounded(conn), store.ResetParams{StuckAfter: time.Minute, Limit: 1_000})
 				if err != nil {
 					b.Fatal(err)
 				}

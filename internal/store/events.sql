@@ -1,0 +1,126 @@
+-- Every statement on {{schema}}.events, whoever runs it: the application's
+-- publish and read (shared/outbox), the fill's page read and placeholders,
+-- compensate's placeholders, the prune's delete.
+
+-- name: publish
+-- publish_batch takes the transaction's xid before it allocates a sequence
+-- (docs/design.md §3.1). The xid is read back in the same statement, so a
+-- rollback report names it exactly.
+SELECT s, pg_current_xact_id()
+FROM {{schema}}.publish_batch(@topic, @payloads::jsonb[], @headers) AS s;
+
+-- name: read_events
+-- The read side of every language (docs/design.md §2): the rows after the
+-- cursor, up to and never past the first missing sequence above the fill
+-- watermark. A placeholder's topic and a real event's filled_by read as ''.
+SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
+FROM {{schema}}.read_events(@after, @max);
+
+-- name: present_after
+-- The fill's page read: one range scan of the primary key from the cursor,
+-- whatever the statistics (the function's settings, docs/design.md §4).
+SELECT s FROM {{schema}}.present_after(@after::bigint, @page::integer) AS s;
+
+-- name: allocation_head
+SELECT {{schema}}.allocation_head();
+
+-- name: insert_placeholders
+-- Placeholders for sequences proven abandoned or reported (docs/design.md
+-- §3), never over a row (§3.5). It answers with a count and a range, not
+-- the sequences: a batch costs no array to build and send back.
+WITH wrote AS (
+    INSERT INTO {{schema}}.events (sequence, filled_by)
+    SELECT s, @filled_by FROM unnest(@sequences::bigint[]) AS s
+    -- Only above the fill watermark: at or below it every sequence is
+    -- present or was pruned (§6b), and a placeholder re-created in pruned
+    -- history would be the youngest row of the oldest prefix, holding
+    -- event retention there. Such a sequence counts as present.
+    WHERE s > (SELECT coalesce(max(watermark), 0) FROM {{schema}}.fill_state)
+    -- A committed row, or another path's placeholder, is kept; only what
+    -- this statement wrote is returned.
+    ON CONFLICT (sequence) DO NOTHING
+    RETURNING sequence)
+SELECT count(*), coalesce(min(sequence), 0), coalesce(max(sequence), 0),
+    -- The range written is notified in the same statement (§2), so it goes
+    -- out exactly when the rows commit. CASE, unlike AND, guarantees
+    -- nothing is notified when nothing was written; the payload is byte
+    -- for byte §2's.
+    CASE WHEN count(*) > 0
+        THEN pg_notify({{schema_name}} || '_events', '{"min":' || min(sequence) || ',"max":' || max(sequence) || '}') IS NOT NULL
+        ELSE false END
+FROM wrote;
+
+-- name: insert_missing
+-- insert_placeholders for sequences the caller has just read as missing,
+-- without ON CONFLICT: a plain insert costs less than a speculative one
+-- and still never overwrites. A sequence written since the read makes the
+-- primary key refuse the whole statement (23505), nothing is written, and
+-- the caller sends insert_placeholders instead.
+WITH wrote AS (
+    INSERT INTO {{schema}}.events (sequence, filled_by)
+    SELECT s, @filled_by FROM unnest(@sequences::bigint[]) AS s
+    WHERE s > (SELECT coalesce(max(watermark), 0) FROM {{schema}}.fill_state)
+    RETURNING sequence)
+SELECT count(*), coalesce(min(sequence), 0), coalesce(max(sequence), 0),
+    CASE WHEN count(*) > 0
+        THEN pg_notify({{schema_name}} || '_events', '{"min":' || min(sequence) || ',"max":' || max(sequence) || '}') IS NOT NULL
+        ELSE false END
+FROM wrote;
+
+-- name: prune_bound
+-- What bounds an event prune pass, for its response: the fill watermark
+-- and the slowest registered consumer (the first by position, then name).
+SELECT coalesce((SELECT max(watermark) FROM {{schema}}.fill_state), 0), c.name, c.position
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT name, position FROM {{schema}}.consumers
+    ORDER BY position, name LIMIT 1) AS c ON true;
+
+-- name: prune
+-- One batch of the event prune (docs/design.md §6b), in its own
+-- transaction. It answers with the count deleted, the next batch's cursor
+-- (the last sequence the range covered) and whether the pass is done.
+WITH r AS MATERIALIZED (
+    -- The batch's range: from the first sequence after the cursor (one
+    -- probe of the primary key) to @batch sequences on, at most upto. At
+    -- or below the watermark every sequence above the pruned prefix is
+    -- present (placeholders fill the gaps), so the range holds @batch rows.
+    SELECT first, least(first + @batch - 1, upto) AS last, upto
+    FROM (SELECT (SELECT min(sequence) FROM {{schema}}.events WHERE sequence > @cursor) AS first,
+        -- upto, the highest sequence prune may delete, read in this
+        -- statement's snapshot (both bounds only grow, so it is never lower
+        -- than one read earlier, and a consumer registered since the pass
+        -- began is honoured): the fill watermark, above which a missing
+        -- sequence may still commit, and the slowest registered consumer's
+        -- position, so no event anyone still reads goes. An unstarted fill
+        -- has watermark 0: nothing.
+        least(coalesce((SELECT max(watermark) FROM {{schema}}.fill_state), 0),
+              coalesce((SELECT min(position) FROM {{schema}}.consumers), 9223372036854775807)) AS upto) AS b
+), gone AS (
+    -- The range's rows recorded before the retention: one range scan of the
+    -- primary key. No row lock: the maintainer may UPDATE no column of
+    -- events, so it cannot lock them (and must not be able to rewrite
+    -- them). An overlapping pass waits for this one statement, then finds
+    -- the rows gone and counts nothing: each row counts once.
+    DELETE FROM {{schema}}.events AS e USING r
+    WHERE e.sequence >= r.first AND e.sequence <= r.last
+      AND e.recorded_at < now() - @older_than_us::bigint * interval '1 microsecond'
+    RETURNING e.sequence
+), counted AS (
+    SELECT count(*) AS n FROM gone
+)
+SELECT counted.n,
+    CASE WHEN r.first IS NULL OR r.last < r.first THEN @cursor ELSE r.last END,
+    -- Done: the range reached upto, or it kept a row recorded too recently
+    -- (asked only then: when none was kept, the rows gone are the range).
+    -- recorded_at grows with the sequence (up to the length of a
+    -- transaction), so the pass stops there rather than read the young
+    -- tail; a later pass moves on. Within the range every row past
+    -- retention goes, also one after a younger row.
+    CASE
+        WHEN r.first IS NULL OR r.last < r.first OR r.last >= r.upto THEN true
+        WHEN counted.n = r.last - r.first + 1 THEN false
+        ELSE EXISTS (SELECT 1 FROM {{schema}}.events AS y
+            WHERE y.sequence >= r.first AND y.sequence <= r.last
+              AND y.recorded_at >= now() - @older_than_us::bigint * interval '1 microsecond')
+    END
+FROM counted, r;
