@@ -46,10 +46,7 @@ a missing permission).`,
 		fs.DurationVar(&f.stale, "stale", 5*time.Minute, "a relay behind the head whose position has not moved this long needs a person")
 		return f
 	},
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*relayStatusFlags)
 		if f.stale <= 0 {
 			return usagef("--stale %s: must be positive", f.stale)
@@ -159,10 +156,7 @@ tries (STATE failing: not parked yet, or never with RELAY_MAX_ATTEMPTS=0).`,
 		fs.IntVar(&f.limit, "limit", 50, "at most this many rows")
 		return f
 	},
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*relayParkedListFlags)
 		if f.limit < 1 || f.limit > 10000 {
 			return usagef("--limit %d: must be between 1 and 10000", f.limit)
@@ -236,10 +230,7 @@ Without --yes it only shows the events it would mark, and refuses.
 		fs.BoolVar(&f.yes, "yes", false, "do it (without: show what it would do, and refuse)")
 		return f
 	},
-	run: func(ctx context.Context, e *env, opts any, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
+	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*relayResendFlags)
 		switch {
 		case len(f.sequences) == 0 && !f.all:

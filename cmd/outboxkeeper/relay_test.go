@@ -18,8 +18,8 @@ func relayOnCall(t *testing.T) (*testdb.DB, map[string]string) {
 	for range 4 {
 		publish(t, db)
 	}
-	mustExec(t, db, `SELECT outbox.commit_position('relay:orders', 3), outbox.commit_position('relay:billing', 4)`)
-	mustExec(t, db, `INSERT INTO outbox.relay_parked (relay, sequence, topic, attempts, error, parked_at) VALUES
+	db.Exec(t, `SELECT outbox.commit_position('relay:orders', 3), outbox.commit_position('relay:billing', 4)`)
+	db.Exec(t, `INSERT INTO outbox.relay_parked (relay, sequence, topic, attempts, error, parked_at) VALUES
 		('orders', 2, 't', 5, 'InvalidMessageContents: Invalid characters found', now()),
 		('orders', 4, 't', 2, 'InvalidMessageContents: Invalid characters found', NULL)`)
 	return db, map[string]string{"DATABASE_URL": db.Operator(t).URL}

@@ -41,7 +41,7 @@ CREATE TABLE {{schema}}.relay_parked (
 -- long history of re-sent events costs them nothing.
 CREATE INDEX relay_parked_open_idx ON {{schema}}.relay_parked (relay, sequence) WHERE resent_at IS NULL;
 
--- The functions' role, as in 0011, and now the relay: read_events and
+-- The functions' role, as in 0017, and now the relay: read_events and
 -- commit_position (which never moves a position back; nothing on
 -- consumers itself), and its parked events.
 CREATE OR REPLACE FUNCTION {{schema}}.grant_maintainer(grantee regrole) RETURNS void
@@ -53,6 +53,7 @@ BEGIN
     EXECUTE format('GRANT SELECT ON SEQUENCE {{schema}}.events_sequence_seq TO %s', grantee);
     EXECUTE format('GRANT SELECT, INSERT (sequence, filled_by), DELETE ON {{schema}}.events TO %s', grantee);
     EXECUTE format('GRANT SELECT, UPDATE ON {{schema}}.fill_state TO %s', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON {{schema}}.leases TO %s', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON {{schema}}.sweep_state TO %s', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON {{schema}}.prune_state TO %s', grantee);
     EXECUTE format('GRANT SELECT ON {{schema}}.consumers TO %s', grantee);
@@ -66,7 +67,7 @@ BEGIN
 END
 $$;
 
--- The person on call, as in 0011, and now the relays' parked events: list
+-- The person on call, as in 0017, and now the relays' parked events: list
 -- them, and ask for one to be re-sent (resend_requested_at only).
 CREATE OR REPLACE FUNCTION {{schema}}.grant_operator(grantee regrole) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -75,8 +76,8 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION {{schema}}.allocation_head(), '
         '{{schema}}.skip_stall(bigint, text, text, jsonb) TO %s', grantee);
     EXECUTE format('GRANT SELECT ON SEQUENCE {{schema}}.events_sequence_seq TO %s', grantee);
-    EXECUTE format('GRANT SELECT ON {{schema}}.fill_state, {{schema}}.sweep_state, {{schema}}.prune_state, '
-        '{{schema}}.consumers, {{schema}}.stall_skips, {{schema}}.schema_migrations TO %s', grantee);
+    EXECUTE format('GRANT SELECT ON {{schema}}.fill_state, {{schema}}.leases, {{schema}}.sweep_state, '
+        '{{schema}}.prune_state, {{schema}}.consumers, {{schema}}.stall_skips, {{schema}}.schema_migrations TO %s', grantee);
     EXECUTE format('GRANT SELECT (id, recipient, kind, tenant_id, state, attempts, redeliveries, '
         'created_at, delivered_at, acked_at, dead_at), '
         'UPDATE (state, redeliveries, delivered_at, dead_at) ON {{schema}}.deliveries TO %s', grantee);

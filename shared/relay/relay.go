@@ -19,21 +19,22 @@ package relay
 
 import (
 	"cmp"
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/target"
 )
 
@@ -52,7 +53,7 @@ const (
 
 // NeverPark as MaxAttempts (RELAY_MAX_ATTEMPTS=0) parks nothing: the relay
 // stops at a refused event and keeps trying it.
-const NeverPark = -1
+const NeverPark = pass.Off
 
 // Where a new relay starts (RELAY_START).
 const (
@@ -123,6 +124,19 @@ type Config struct {
 	Start string `env:"RELAY_START"`
 }
 
+// bounds is every numeric field's default and accepted values, once.
+var bounds = []pass.Bound{
+	pass.Int("MaxAttempts", "RELAY_MAX_ATTEMPTS", DefaultMaxAttempts, 1, 1000).
+		OrOff("never park (the relay then stops at a refused event)"),
+	pass.Dur("Tick", "RELAY_TICK", DefaultTick, 10*time.Millisecond, time.Minute),
+	pass.Int("BatchLimit", "RELAY_BATCH_LIMIT", DefaultBatchLimit, 1, outbox.MaxRead).Because("read_events returns at most 10000"),
+	pass.Int("Concurrency", "RELAY_CONCURRENCY", DefaultConcurrency, 1, 64),
+	pass.PassBudget("RELAY_PASS_BUDGET", DefaultPassBudget),
+}
+
+// Bounds are the Config's numeric fields' defaults and accepted values.
+func (Config) Bounds() []pass.Bound { return bounds }
+
 // WithDefaults fills in every zero field.
 func (c Config) WithDefaults() Config {
 	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
@@ -130,13 +144,8 @@ func (c Config) WithDefaults() Config {
 	c.Topics = cmp.Or(strings.TrimSpace(c.Topics), DefaultTopics)
 	c.GroupBy = cmp.Or(strings.TrimSpace(c.GroupBy), GroupByTopic)
 	c.Source = cmp.Or(strings.TrimSpace(c.Source), "outboxkeeper."+c.Schema)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
-	c.Tick = cmp.Or(c.Tick, DefaultTick)
-	c.BatchLimit = cmp.Or(c.BatchLimit, DefaultBatchLimit)
-	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
-	c.PassBudget = cmp.Or(c.PassBudget, DefaultPassBudget)
 	c.Start = cmp.Or(strings.TrimSpace(c.Start), StartEarliest)
-	return c
+	return pass.WithDefaults(c, bounds)
 }
 
 // parsed is what Validate reads out of a Config's strings.
@@ -156,8 +165,10 @@ func (c Config) Validate() error {
 
 func (c Config) parse() (parsed, error) {
 	var p parsed
+	if err := pass.Validate("relay", c, c.Schema, bounds); err != nil {
+		return p, err
+	}
 	v := setting.Checker{Pass: "relay"}
-	v.Check(store.ValidSchema(c.Schema) == nil, "Schema", c.Schema, "must be a plain lower-case identifier, not pg_*")
 	v.Check(len(c.Name) <= MaxName && nameRE.MatchString(c.Name), "Name", c.Name,
 		"must be letters, digits, _ and -, starting with a letter or digit, at most 60 bytes")
 	t, err := target.Parse(c.Target)
@@ -183,13 +194,6 @@ func (c Config) parse() (parsed, error) {
 		err = target.CheckSource(c.Source)
 		v.Check(err == nil, "Source", c.Source, strings.TrimPrefix(errString(err), "target: "))
 	}
-	v.Check(c.MaxAttempts == NeverPark || c.MaxAttempts >= 1 && c.MaxAttempts <= 1000, "MaxAttempts", c.MaxAttempts,
-		"must be between 1 and 1000, or 0 to never park (the relay then stops at a refused event)")
-	v.Check(c.Tick >= 10*time.Millisecond && c.Tick <= time.Minute, "Tick", c.Tick, "must be between 10ms and 1m")
-	v.Check(c.BatchLimit >= 1 && c.BatchLimit <= store.MaxRead, "BatchLimit", c.BatchLimit, "must be between 1 and 10000 (read_events returns at most 10000)")
-	v.Check(c.Concurrency >= 1 && c.Concurrency <= 64, "Concurrency", c.Concurrency, "must be between 1 and 64")
-	v.Check(c.PassBudget >= 100*time.Millisecond && c.PassBudget <= setting.MaxPassBudget, "PassBudget", c.PassBudget,
-		"must be between 100ms and 15m (Lambda's longest timeout)")
 	v.Check(c.Start == StartEarliest || c.Start == StartLatest, "Start", c.Start, "must be earliest or latest")
 	return p, v.Err()
 }
@@ -203,45 +207,47 @@ func errString(err error) string {
 
 // Options are the injectable parts of a Service.
 type Options struct {
+	pass.Options
 	// AWS is the SDK configuration the target's client is built from
 	// (awsenv.Load on Lambda).
 	AWS aws.Config
-	// Now is the pass's clock, for its budget and waits; time.Now by
-	// default. Leases use the database clock.
-	Now func() time.Time
-	// Logger receives the one line per pass; slog.Default() by default.
-	Logger *slog.Logger
-	// Metrics receives the EMF line per pass; metrics.New("relay") by
-	// default.
-	Metrics *metrics.Emitter
+	// LeaseTTL overrides the lease period (pass.LeaseTicks ticks, at least
+	// pass.MinLeaseTTL).
+	LeaseTTL time.Duration
 }
 
 // Service runs relay passes for one relay.
 type Service struct {
-	db     store.DB
+	kit    *pass.Kit
 	cfg    Config
-	opts   Options
 	sender *target.Sender
 	parsed
 	consumer string
-	events   *store.Events
-	consumrs *store.Consumers
+	lease    *pass.Lease
+	rides    rides
 	sql      statements
+	handle   *pass.Handler[json.RawMessage, *Result, *Result]
 
 	// afterSend runs between a send and its commit; tests stop a pass
 	// exactly there.
 	afterSend func()
 }
 
+// rides are the lease statements with what the relay's ride on them.
+type rides struct {
+	acquire, renew, handOver, finish pass.Ride
+}
+
 // New applies the defaults, validates cfg and builds a Service with the
 // target's SDK client. db is normally the function's pool: every
 // statement is its own transaction.
-func New(db store.DB, cfg Config, opts Options) (*Service, error) {
-	if db == nil {
-		return nil, &setting.Error{Pass: "relay", Field: "db", Value: nil, Reason: "must not be nil"}
-	}
+func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 	cfg = cfg.WithDefaults()
 	p, err := cfg.parse()
+	if err != nil {
+		return nil, err
+	}
+	kit, err := pass.NewKit("relay", db, cfg.PassBudget, opts.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -249,19 +255,34 @@ func New(db store.DB, cfg Config, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	sql := newStatements(cfg.Schema)
+	consumer := ConsumerName(cfg.Name)
+	// The watching tick's one statement is the lease poll, carrying the
+	// probe: is there anything to read after the position?
+	lease := pass.NewLease(pass.LeaseSpec{Schema: cfg.Schema, Name: consumer, Probe: sql.readable, Tick: cfg.Tick, TTL: opts.LeaseTTL})
+	s := &Service{
+		kit: kit, cfg: cfg, sender: sender, parsed: p,
+		consumer: consumer,
+		lease:    lease,
+		rides: rides{
+			acquire:  lease.Ride(pass.StepAcquire, sql.load),
+			renew:    lease.Ride(pass.StepRenew, ""),
+			handOver: lease.Ride(pass.StepHandOver, ""),
+			finish:   lease.Ride(pass.StepFinish, sql.ended),
+		},
+		sql: sql,
 	}
-	opts.Logger = cmp.Or(opts.Logger, slog.Default())
-	opts.Metrics = cmp.Or(opts.Metrics, metrics.New("relay"))
-	schema := store.MustSchema(cfg.Schema)
-	return &Service{
-		db: db, cfg: cfg, opts: opts, sender: sender, parsed: p,
-		consumer: ConsumerName(cfg.Name),
-		events:   store.NewEvents(schema),
-		consumrs: store.NewConsumers(schema),
-		sql:      newStatements(cfg.Schema),
-	}, nil
+	s.handle = &pass.Handler[json.RawMessage, *Result, *Result]{Name: "relay", Run: s.RunOnce, Respond: pass.Response[*Result], Options: &kit.Options}
+	return s, nil
+}
+
+// Handle is the Lambda handler: the input (an EventBridge Scheduler Input,
+// a scheduled-event envelope, `{}`) says nothing the pass needs. It runs
+// one pass, writes one JSON log line and one EMF line, and returns the
+// Result as the response; a database that failed for the whole budget is
+// an error, so Lambda counts it. Waiting is not.
+func (s *Service) Handle(ctx context.Context, in json.RawMessage) (*Result, error) {
+	return s.handle.Handle(ctx, in)
 }
 
 // Config is the Service's configuration, its defaults applied.
@@ -307,8 +328,12 @@ var relayFile embed.FS
 
 var relaySQL = sqltext.MustParse(relayFile, "relay_parked.sql")
 
-// statements are the relay's own, rendered once.
+// statements are the relay's own, rendered once, and the consumer's two
+// of the store: read_events and commit_position, as every consumer reads
+// and commits.
 type statements struct {
+	readEvents, commitPosition string
+
 	readable, load, ended          string
 	recordRefusals, forgetRefusals string
 	resendDue, resendDone          string
@@ -318,7 +343,9 @@ type statements struct {
 func newStatements(schema string) statements {
 	st := func(name string) string { return relaySQL.Statement(name, schema) }
 	return statements{
-		readable: st("readable"), load: st("load"), ended: st("ended"),
+		readEvents:     store.EventsSQL.Statement("read_events", schema),
+		commitPosition: store.ConsumersSQL.Statement("commit_position", schema),
+		readable:       st("readable"), load: st("load"), ended: st("ended"),
 		recordRefusals: st("record_refusals"), forgetRefusals: st("forget_refusals"),
 		resendDue: st("resend_due"), resendDone: st("resend_done"),
 		status: st("status"), list: st("list"), requestResend: st("request_resend"),

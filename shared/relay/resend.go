@@ -70,7 +70,7 @@ func (st *stream) resend(ctx context.Context, q store.Querier, sendBy time.Time)
 		msgs, of = append(msgs, m), append(of, d.Sequence)
 	}
 	if len(msgs) > 0 {
-		sctx, cancel := context.WithDeadline(ctx, earliest(sendBy, st.s.opts.Now().Add(sendTimeout)))
+		sctx, cancel := context.WithDeadline(ctx, earliest(sendBy, st.s.kit.Now().Add(sendTimeout)))
 		r := st.s.sender.Send(sctx, msgs)
 		cancel()
 		st.res.Calls += r.Calls
@@ -100,7 +100,7 @@ func (st *stream) resend(ctx context.Context, q store.Querier, sendBy time.Time)
 		}
 	}
 	st.res.Resent += resent
-	st.s.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: re-sent parked events, out of order (after events sent past them)",
+	st.s.kit.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: re-sent parked events, out of order (after events sent past them)",
 		slog.String("relay", st.s.cfg.Name), slog.Int64("resent", resent), slog.Int64("refused_again", refused),
 		slog.Int64("first", seqs[0]), slog.Int64("last", seqs[len(seqs)-1]))
 	return nil

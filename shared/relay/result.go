@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // What a pass ended waiting on (Result.Waiting).
@@ -70,11 +71,7 @@ type Result struct {
 	TakenBack   int   `json:"taken_back"`
 	// Retries counts transient database errors recovered from.
 	Retries int `json:"retries"`
-	// TimedOut names the statement the budget ended, when it ended one.
-	TimedOut   string `json:"timed_out,omitempty"`
-	Statements int64  `json:"statements"`
-	DurationMS int64  `json:"duration_ms"`
-	Error      string `json:"error,omitempty"`
+	pass.Summary
 }
 
 func (r *Result) wait(what string) { r.Waiting = &what }

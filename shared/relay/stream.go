@@ -46,6 +46,8 @@ type stream struct {
 	failing map[int64]int
 	// failures counts failed sends in a row, for the backoff.
 	failures int
+	// lastFull says the last read returned a whole page.
+	lastFull bool
 }
 
 // batch is what one read_events call returned, and where each event
@@ -53,9 +55,7 @@ type stream struct {
 type batch struct {
 	from    int64
 	entries []entry
-	// full says the read returned a whole page: more is waiting.
-	full  bool
-	began time.Time
+	began   time.Time
 }
 
 func newStream(s *Service, res *Result) *stream {
@@ -92,24 +92,18 @@ func (st *stream) step(ctx context.Context, q store.Querier, sendBy time.Time) (
 // read takes the next batch after the position, through read_events: never
 // past a sequence whose writer may still commit.
 func (st *stream) read(ctx context.Context, q store.Querier) (int, error) {
-	rows, err := st.s.events.ReadContiguous(ctx, q, st.position, st.s.cfg.BatchLimit)
-	if err != nil {
+	events, err := st.s.readEvents(ctx, q, st.position, st.s.cfg.BatchLimit)
+	if err != nil || len(events) == 0 {
 		return 0, err
 	}
-	if len(rows) == 0 {
-		return 0, nil
-	}
-	events := make([]event, len(rows))
-	for i, r := range rows {
-		events[i] = event{Sequence: r.Sequence, Topic: r.Topic, Payload: r.Payload, Headers: r.Headers, RecordedAt: r.RecordedAt, FilledBy: r.FilledBy}
-	}
-	st.cur = &batch{from: st.position, entries: st.s.plan(events), full: len(rows) == st.s.cfg.BatchLimit, began: st.s.opts.Now()}
+	st.lastFull = len(events) == st.s.cfg.BatchLimit
+	st.cur = &batch{from: st.position, entries: st.s.plan(events), began: st.s.kit.Now()}
 	for i := range st.cur.entries {
 		if st.cur.entries[i].state == skipped {
 			st.res.Skipped++
 		}
 	}
-	return len(rows), nil
+	return len(events), nil
 }
 
 // send sends the batch's entries not sent yet, in order within each group,
@@ -123,7 +117,7 @@ func (st *stream) send(ctx context.Context, q store.Querier, sendBy time.Time) e
 		for k, i := range idx {
 			msgs[k] = entries[i].msg
 		}
-		sctx, cancel := context.WithDeadline(ctx, earliest(sendBy, st.s.opts.Now().Add(sendTimeout)))
+		sctx, cancel := context.WithDeadline(ctx, earliest(sendBy, st.s.kit.Now().Add(sendTimeout)))
 		r := st.s.sender.Send(sctx, msgs)
 		cancel()
 		st.res.Calls += r.Calls
@@ -202,7 +196,7 @@ func (st *stream) refuse(ctx context.Context, q store.Querier, refused []refusal
 			en.state = parked
 			delete(st.failing, r.Sequence)
 			st.res.Parked++
-			st.s.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: parked an event the target refused",
+			st.s.kit.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: parked an event the target refused",
 				slog.String("relay", st.s.cfg.Name), slog.Int64("sequence", r.Sequence), slog.String("topic", en.topic),
 				slog.Int("attempts", r.Attempts), slog.String("error", msg))
 			continue
@@ -235,7 +229,7 @@ func errorText(code, message string) string {
 func (st *stream) commit(ctx context.Context, q store.Querier) error {
 	b := st.cur
 	if pos := advance(b.from, b.entries); pos > st.position {
-		stored, err := st.s.consumrs.Commit(ctx, q, st.s.consumer, pos)
+		stored, err := st.s.commit(ctx, q, pos)
 		if err != nil {
 			return err
 		}
@@ -246,7 +240,7 @@ func (st *stream) commit(ctx context.Context, q store.Querier) error {
 	}
 	if resolved(b.entries) {
 		st.res.Batches++
-		st.res.MaxBatchMS = max(st.res.MaxBatchMS, st.s.opts.Now().Sub(b.began).Milliseconds())
+		st.res.MaxBatchMS = max(st.res.MaxBatchMS, st.s.kit.Now().Sub(b.began).Milliseconds())
 		st.cur = nil
 	}
 	return nil
@@ -271,6 +265,29 @@ func (st *stream) forget(ctx context.Context, q store.Querier) error {
 	return nil
 }
 
+// resume fits the batch in hand to the committed position, after the lease
+// was taken again (a transient error, or a take-back): what the position
+// passed was sent, by this pass or another; a position behind the batch
+// (rewound by hand) means reading again.
+func (st *stream) resume() {
+	b := st.cur
+	if b == nil {
+		return
+	}
+	if st.position < b.from {
+		st.cur = nil
+		return
+	}
+	for i := range b.entries {
+		if b.entries[i].seq <= st.position && !b.entries[i].state.resolved() {
+			b.entries[i].state = sent
+		}
+	}
+	if resolved(b.entries) {
+		st.cur = nil
+	}
+}
+
 // stoppedAt is the first event of the batch in hand not resolved, and
 // whether the target refused it for itself (rather than failing
 // transiently): where the stream stands still.
@@ -286,4 +303,33 @@ func (st *stream) stoppedAt() (seq int64, refused, ok bool) {
 		}
 	}
 	return 0, false, false
+}
+
+// readEvents is read_events after the position: the rows up to, never
+// past, the first sequence whose writer may still commit.
+func (s *Service) readEvents(ctx context.Context, q store.Querier, after int64, limit int) ([]event, error) {
+	rows, err := q.Query(ctx, s.sql.readEvents, pgx.StrictNamedArgs{"after": after, "max": limit})
+	if err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", after, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event, error) {
+		var e event
+		var xid any
+		err := r.Scan(&e.Sequence, &xid, &e.Topic, &e.Payload, &e.Headers, &e.RecordedAt, &e.FilledBy)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", after, err)
+	}
+	return out, nil
+}
+
+// commit moves the relay's position to position with commit_position,
+// which never moves it back: it answers the position stored.
+func (s *Service) commit(ctx context.Context, q store.Querier, position int64) (int64, error) {
+	var stored int64
+	if err := q.QueryRow(ctx, s.sql.commitPosition, pgx.StrictNamedArgs{"name": s.consumer, "position": position}).Scan(&stored); err != nil {
+		return 0, fmt.Errorf("commit position %d for %s: %w", position, s.consumer, err)
+	}
+	return stored, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // badPayload is a payload SQS refuses in a message body.
@@ -29,8 +30,8 @@ const badPayload = `{"bad":"\uffff"}`
 func newTestService(t *testing.T, db *testdb.DB, cfg Config) *Service {
 	t.Helper()
 	cfg.Schema = testdb.Schema
-	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(t), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Metrics: &metrics.Emitter{Function: "relay", Out: io.Discard}})
+	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(t), Options: pass.Options{
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "relay", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
