@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,13 +32,26 @@ var schedule = []byte(`{"source":"outboxkeeper.schedule"}`)
 // fauxqs does per entry with InvalidMessageContents; jsonb keeps it as is.
 const badPayload = `{"bad":"\uffff"}`
 
-// relayFn starts the relay's bootstrap with the stack's endpoints, a
-// bounded pass (RELAY_WATCH=false) of 10s and a 50ms tick, and env over
-// that.
+// maintainers is each test database's maintainer login: the relay runs
+// with the rights grant_maintainer gives, as a deployed one does.
+var maintainers sync.Map // *testdb.DB -> URL
+
+func maintainerURL(t *testing.T, db *testdb.DB) string {
+	t.Helper()
+	if u, ok := maintainers.Load(db); ok {
+		return u.(string)
+	}
+	u, _ := maintainers.LoadOrStore(db, db.Maintainer(t).URL)
+	return u.(string)
+}
+
+// relayFn starts the relay's bootstrap as the maintainer, with the stack's
+// endpoints, a bounded pass (RELAY_WATCH=false) of 10s and a 50ms tick,
+// and env over that.
 func relayFn(t *testing.T, db *testdb.DB, env map[string]string) *lambdatest.Function {
 	t.Helper()
 	vars := map[string]string{
-		"DATABASE_URL":                 db.URL,
+		"DATABASE_URL":                 maintainerURL(t, db),
 		"AWS_ENDPOINT_URL_SNS":         testenv.Require(t, "AWS_ENDPOINT_URL_SNS"),
 		"AWS_ENDPOINT_URL_KINESIS":     testenv.Require(t, "AWS_ENDPOINT_URL_KINESIS"),
 		"AWS_ENDPOINT_URL_EVENTBRIDGE": testenv.Require(t, "AWS_ENDPOINT_URL_EVENTBRIDGE"),
