@@ -353,3 +353,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A parked event was never sent: prune keeps it (and what follows it)
+// until it is re-sent, and names it as what bounded the pass.
+func TestPruneKeepsAParkedEventUntilItIsResent(t *testing.T) {
+	db, q := testdb.New(t), sqstest.Client(t)
+	url := sqstest.NewQueue(t, q, "relay-prune-parked", nil)
+	ctx := context.Background()
+	seqs := publish(t, db, "a", "", `{"n":1}`, badPayload, `{"n":3}`)
+	r := invoke(t, relayFn(t, db, map[string]string{"RELAY_TARGET": url, "RELAY_MAX_ATTEMPTS": "1"}))
+	if r.Parked != 1 || r.Position != seqs[2] {
+		t.Fatalf("parked %d position %d, want 1 and %d", r.Parked, r.Position, seqs[2])
+	}
+	fill := lambdatest.Start(t, lambdatest.Build(t, "fill"), map[string]string{
+		"DATABASE_URL": db.URL, "FILL_GRACE": "0s", "FILL_WATCH": "false", "FILL_PASS_BUDGET": "10s", "FILL_TICK": "50ms",
+	})
+	if out, err := fill.Invoke(ctx, schedule); err != nil {
+		t.Fatalf("fill: %v %s", err, out)
+	}
+	db.Exec(t, `UPDATE outbox.events SET recorded_at = now() - interval '1 hour'`)
+	prune := lambdatest.Start(t, lambdatest.Build(t, "prune"), map[string]string{"DATABASE_URL": db.URL, "PRUNE_EVENTS_AFTER": "1s"})
+	out, err := prune.Invoke(ctx, schedule)
+	if err != nil {
+		t.Fatalf("prune: %v %s", err, out)
+	}
+	if !strings.Contains(string(out), `"kept_for_consumer":"relay:default (parked)"`) {
+		t.Errorf("prune's answer does not name the parked event as its bound: %s", out)
+	}
+	if got := testdb.Column[int64](t, db.Pool, `SELECT sequence FROM outbox.events ORDER BY sequence`); fmt.Sprint(got) != fmt.Sprint(seqs[1:]) {
+		t.Errorf("events left %v, want %v: the parked one and after", got, seqs[1:])
+	}
+	// Re-sent (as the relay marks it), it no longer holds retention.
+	db.Exec(t, `UPDATE outbox.relay_parked SET resend_requested_at = now(), resent_at = now()`)
+	if out, err := prune.Invoke(ctx, schedule); err != nil {
+		t.Fatalf("prune: %v %s", err, out)
+	}
+	if n := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM outbox.events`); n != 0 {
+		t.Errorf("%d events left once the parked one was re-sent, want 0", n)
+	}
+}
