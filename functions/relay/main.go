@@ -23,7 +23,12 @@ func main() {
 	awsCfg, err := awsenv.Load(context.Background())
 	init.Must(err, "load the AWS configuration")
 	pool := init.Database(pg.Options{})
-	svc, err := relay.New(pool, cfg, relay.Options{AWS: awsCfg, Options: pass.Options{Logger: init.Logger, Metrics: init.Metrics()}})
+	// The metrics' Function dimension names the relay (relay:<RELAY_NAME>,
+	// as its consumer and its lease), so two relays of one stack keep their
+	// figures, and their alarms, apart.
+	m := init.Metrics()
+	m.Function = relay.ConsumerName(cfg.Name)
+	svc, err := relay.New(pool, cfg, relay.Options{AWS: awsCfg, Options: pass.Options{Logger: init.Logger, Metrics: m}})
 	init.Must(err, "build relay service")
 	lambda.Start(svc.Handle)
 }

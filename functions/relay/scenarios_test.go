@@ -69,6 +69,9 @@ func TestRefusedEventIsParkedAndTheStreamGoesOnInOrder(t *testing.T) {
 		if v, ok := m["RelayParked"].(float64); ok {
 			parked += v
 		}
+		if m["Function"] != "relay:default" || m["Stack"] != "relay-test" {
+			t.Errorf("EMF dimensions Function=%v Stack=%v, want relay:default and relay-test", m["Function"], m["Stack"])
+		}
 	}
 	if parked != 1 {
 		t.Errorf("RelayParked in the EMF lines: %v, want 1", parked)
