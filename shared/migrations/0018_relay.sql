@@ -49,6 +49,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA {{schema}} TO %s', grantee);
     EXECUTE format('GRANT EXECUTE ON FUNCTION {{schema}}.allocation_head(), '
+        '{{schema}}.sweep_reset(bigint, integer, integer), {{schema}}.present_after(bigint, integer), '
         '{{schema}}.read_events(bigint, integer), {{schema}}.commit_position(text, bigint) TO %s', grantee);
     EXECUTE format('GRANT SELECT ON SEQUENCE {{schema}}.events_sequence_seq TO %s', grantee);
     EXECUTE format('GRANT SELECT, INSERT (sequence, filled_by), DELETE ON {{schema}}.events TO %s', grantee);
