@@ -268,13 +268,14 @@ func (st *stream) forget(ctx context.Context, q store.Querier) error {
 // resume fits the batch in hand to the committed position, after the lease
 // was taken again (a transient error, or a take-back): what the position
 // passed was sent, by this pass or another; a position behind the batch
-// (rewound by hand) means reading again.
+// (rewound by hand) means reading again. A batch sent but not committed
+// stays in hand, for the next step to commit.
 func (st *stream) resume() {
 	b := st.cur
 	if b == nil {
 		return
 	}
-	if st.position < b.from {
+	if st.position < b.from || st.position >= b.entries[len(b.entries)-1].seq {
 		st.cur = nil
 		return
 	}
@@ -282,9 +283,6 @@ func (st *stream) resume() {
 		if b.entries[i].seq <= st.position && !b.entries[i].state.resolved() {
 			b.entries[i].state = sent
 		}
-	}
-	if resolved(b.entries) {
-		st.cur = nil
 	}
 }
 
