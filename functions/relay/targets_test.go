@@ -181,7 +181,7 @@ func TestEachTargetEndToEnd(t *testing.T) {
 		r := invoke(t, relayFn(t, db, map[string]string{"RELAY_TARGET": bus.ARN, "RELAY_TOPICS": "orders.*"}))
 		relayed(t, r, s)
 		var msgs []got
-		for _, m := range sqstest.Drain(t, bus.SQS, bus.Queue, len(s.orders), 15*time.Second) {
+		for _, m := range receive(t, bus.SQS, bus.Queue, len(s.orders), 15*time.Second) {
 			var ev struct {
 				Source     string          `json:"source"`
 				DetailType string          `json:"detail-type"`
