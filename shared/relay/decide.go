@@ -302,6 +302,16 @@ func resolved(entries []entry) bool {
 	return true
 }
 
+// roundCalls is how many calls each lane makes in one round of a batch.
+const roundCalls = 10
+
+// roundSize is the most messages one send of a batch carries: a few calls
+// a lane. Between rounds the pass commits what went, renews its lease and
+// hands it over if a successor waits, so no send outlasts the lease (four
+// ticks) however large the batch, and a crash or a hand-over repeats at
+// most a round.
+func roundSize(entries, concurrency int) int { return entries * concurrency * roundCalls }
+
 // ---------------------------------------------------------------- attempts
 
 // tryOutcome is a refused event's attempts after one more refusal, and

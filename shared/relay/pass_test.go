@@ -115,3 +115,33 @@ func TestLostConnectionAfterTheSendKeepsTheBatchInHand(t *testing.T) {
 		t.Errorf("the queue received %d messages, want 30", len(got))
 	}
 }
+
+// A batch larger than a round goes in rounds, each committed before the
+// next is sent: a crash or a hand-over repeats at most a round, and no send
+// outlasts the lease.
+func TestALargeBatchIsSentAndCommittedRoundByRound(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := sqstest.NewQueue(t, sqstest.Client(t), "relay-rounds", nil)
+	publish(t, db, "a", "", payloads(500)...)
+	s := newTestService(t, db, Config{Target: url, Bounded: true, Concurrency: 1})
+	if s.round != 100 {
+		t.Fatalf("round of %d messages, want 100 (10 calls of 10, one lane)", s.round)
+	}
+	var committed []int64
+	s.afterSend = func() {
+		committed = append(committed, testdb.Scalar[int64](t, db.Pool, `SELECT position FROM outbox.consumers WHERE name = 'relay:default'`))
+	}
+	r := runPass(t, s)
+	if r.Sent != 500 || r.Position != 500 || r.Batches != 1 {
+		t.Errorf("sent %d position %d batches %d, want 500, 500, 1", r.Sent, r.Position, r.Batches)
+	}
+	if len(committed) != 5 {
+		t.Fatalf("%d rounds, want 5 (500 in rounds of 100)", len(committed))
+	}
+	for i, c := range committed {
+		if want := int64(100 * i); c != want {
+			t.Errorf("before round %d the committed position was %d, want %d", i+1, c, want)
+		}
+	}
+}

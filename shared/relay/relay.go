@@ -226,7 +226,9 @@ type Service struct {
 	lease    *pass.Lease
 	rides    rides
 	sql      statements
-	handle   *pass.Handler[json.RawMessage, *Result, *Result]
+	// round is the most messages one send carries (roundSize).
+	round  int
+	handle *pass.Handler[json.RawMessage, *Result, *Result]
 
 	// afterSend runs between a send and its commit; tests stop a pass
 	// exactly there.
@@ -270,7 +272,8 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 			handOver: lease.Ride(pass.StepHandOver, ""),
 			finish:   lease.Ride(pass.StepFinish, sql.ended),
 		},
-		sql: sql,
+		sql:   sql,
+		round: roundSize(sender.Limits().Entries, cfg.Concurrency),
 	}
 	s.handle = &pass.Handler[json.RawMessage, *Result, *Result]{Name: "relay", Run: s.RunOnce, Respond: pass.Response[*Result], Options: &kit.Options}
 	return s, nil

@@ -48,6 +48,12 @@ type stream struct {
 	failures int
 	// lastFull says the last read returned a whole page.
 	lastFull bool
+	// ahead is the page after the batch in hand, read while that batch
+	// was sent (a whole page says more is waiting), and aheadFrom the
+	// sequence it was read after: the next batch once the position gets
+	// there, without waiting for a read.
+	ahead     []event
+	aheadFrom int64
 }
 
 // batch is what one read_events call returned, and where each event
@@ -56,23 +62,32 @@ type batch struct {
 	from    int64
 	entries []entry
 	began   time.Time
+	// readAhead says the page after this one was read already.
+	readAhead bool
 }
 
 func newStream(s *Service, res *Result) *stream {
 	return &stream{s: s, res: res, failing: map[int64]int{}}
 }
 
-// step is one batch: read one (unless one is in hand), send what of it is
-// not sent yet, record the refusals, and commit the position over what is
-// resolved. sendBy bounds the send (the pass budget).
+// step is one round of a batch: read one (unless one is in hand), send
+// what of it is not sent yet, a round at most (roundSize), record the
+// refusals, and commit the position over what is resolved. sendBy bounds
+// the send (the pass budget). It answers failed when the round left an
+// event unsent for a failure (the pass then waits), progress otherwise.
 func (st *stream) step(ctx context.Context, q store.Querier, sendBy time.Time) (step, error) {
 	if st.cur == nil {
-		n, err := st.read(ctx, q)
+		n, err := st.next(ctx, q)
 		if err != nil || n == 0 {
 			return idle, err
 		}
 	}
-	if err := st.send(ctx, q, sendBy); err != nil {
+	ahead := st.readAhead(ctx, q)
+	failedNow, err := st.send(ctx, q, sendBy)
+	if r := ahead.wait(); r.err == nil && len(r.events) > 0 {
+		st.ahead, st.aheadFrom = r.events, r.after
+	}
+	if err != nil {
 		return 0, err
 	}
 	if hook := st.s.afterSend; hook != nil {
@@ -81,12 +96,60 @@ func (st *stream) step(ctx context.Context, q store.Querier, sendBy time.Time) (
 	if err := st.commit(ctx, q); err != nil {
 		return 0, err
 	}
-	if st.cur != nil {
+	if st.cur != nil && failedNow {
 		st.failures++
 		return failed, nil
 	}
 	st.failures = 0
 	return progress, nil
+}
+
+// next takes the next batch: the page read ahead when it starts at the
+// position, else a read.
+func (st *stream) next(ctx context.Context, q store.Querier) (int, error) {
+	if events := st.ahead; events != nil && st.aheadFrom == st.position {
+		st.ahead = nil
+		st.take(events)
+		return len(events), nil
+	}
+	st.ahead = nil
+	return st.read(ctx, q)
+}
+
+// aheadRead is a read of the page after the batch in hand, running while
+// the batch is sent; nil when none was started.
+type aheadRead chan aheadResult
+
+type aheadResult struct {
+	after  int64
+	events []event
+	err    error
+}
+
+// readAhead starts reading the page after the batch in hand when that
+// batch was a whole page, once per batch. Its result (wait) is taken
+// before the step ends, so it never outlives the step: a failed read only
+// means the next batch is read when it is due.
+func (st *stream) readAhead(ctx context.Context, q store.Querier) aheadRead {
+	b := st.cur
+	if b.readAhead || len(b.entries) < st.s.cfg.BatchLimit || st.ahead != nil {
+		return nil
+	}
+	b.readAhead = true
+	after := b.entries[len(b.entries)-1].seq
+	ch := make(aheadRead, 1)
+	go func() {
+		events, err := st.s.readEvents(ctx, q, after, st.s.cfg.BatchLimit)
+		ch <- aheadResult{after: after, events: events, err: err}
+	}()
+	return ch
+}
+
+func (a aheadRead) wait() aheadResult {
+	if a == nil {
+		return aheadResult{}
+	}
+	return <-a
 }
 
 // read takes the next batch after the position, through read_events: never
@@ -96,6 +159,12 @@ func (st *stream) read(ctx context.Context, q store.Querier) (int, error) {
 	if err != nil || len(events) == 0 {
 		return 0, err
 	}
+	st.take(events)
+	return len(events), nil
+}
+
+// take makes events, read after the position, the batch in hand.
+func (st *stream) take(events []event) {
 	st.lastFull = len(events) == st.s.cfg.BatchLimit
 	st.cur = &batch{from: st.position, entries: st.s.plan(events), began: st.s.kit.Now()}
 	for i := range st.cur.entries {
@@ -103,15 +172,18 @@ func (st *stream) read(ctx context.Context, q store.Querier) (int, error) {
 			st.res.Skipped++
 		}
 	}
-	return len(events), nil
 }
 
-// send sends the batch's entries not sent yet, in order within each group,
-// and records the target's refusals of events (their attempts, parking
-// those that reached RELAY_MAX_ATTEMPTS).
-func (st *stream) send(ctx context.Context, q store.Querier, sendBy time.Time) error {
+// send sends the batch's entries not sent yet, a round at most, in order
+// within each group, and records the target's refusals of events (their
+// attempts, parking those that reached RELAY_MAX_ATTEMPTS). failed says
+// an event of the round is still unsent for a failure: one failed
+// transiently, or was refused and not parked.
+func (st *stream) send(ctx context.Context, q store.Querier, sendBy time.Time) (failed bool, err error) {
 	entries := st.cur.entries
 	idx, refused := toSend(entries)
+	idx = idx[:min(len(idx), st.s.round)]
+	transient := 0
 	if len(idx) > 0 {
 		msgs := make([]target.Message, len(idx))
 		for k, i := range idx {
@@ -122,7 +194,8 @@ func (st *stream) send(ctx context.Context, q store.Querier, sendBy time.Time) e
 		cancel()
 		st.res.Calls += r.Calls
 		before := countSent(entries)
-		more, transient := settle(entries, idx, r.Outcomes)
+		var more []refusal
+		more, transient = settle(entries, idx, r.Outcomes)
 		refused = append(refused, more...)
 		st.res.Sent += int64(countSent(entries) - before)
 		st.res.Transient += int64(transient)
@@ -133,10 +206,13 @@ func (st *stream) send(ctx context.Context, q store.Querier, sendBy time.Time) e
 			}
 		}
 	}
-	if len(refused) == 0 {
-		return nil
+	parkedNow := 0
+	if len(refused) > 0 {
+		if parkedNow, err = st.refuse(ctx, q, refused); err != nil {
+			return false, err
+		}
 	}
-	return st.refuse(ctx, q, refused)
+	return transient > 0 || len(refused) > parkedNow, nil
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -157,8 +233,9 @@ func countSent(entries []entry) int {
 }
 
 // refuse records one try more of each refused event, in one statement,
-// and parks those whose attempts reached RELAY_MAX_ATTEMPTS.
-func (st *stream) refuse(ctx context.Context, q store.Querier, refused []refusal) error {
+// and parks those whose attempts reached RELAY_MAX_ATTEMPTS; it answers
+// how many it parked.
+func (st *stream) refuse(ctx context.Context, q store.Querier, refused []refusal) (parkedNow int, err error) {
 	entries := st.cur.entries
 	n := len(refused)
 	seqs, topics, attempts, errs, park := make([]int64, n), make([]string, n), make([]int32, n), make([]string, n), make([]bool, n)
@@ -173,7 +250,7 @@ func (st *stream) refuse(ctx context.Context, q store.Querier, refused []refusal
 		"relay": st.s.cfg.Name, "sequences": seqs, "topics": topics, "attempts": attempts, "errors": errs, "park": park,
 	})
 	if err != nil {
-		return fmt.Errorf("record %d refused events: %w", n, err)
+		return 0, fmt.Errorf("record %d refused events: %w", n, err)
 	}
 	type row struct {
 		Sequence int64
@@ -182,7 +259,7 @@ func (st *stream) refuse(ctx context.Context, q store.Querier, refused []refusal
 	}
 	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	if err != nil {
-		return fmt.Errorf("record %d refused events: %w", n, err)
+		return 0, fmt.Errorf("record %d refused events: %w", n, err)
 	}
 	for _, r := range got {
 		i, ok := at[r.Sequence]
@@ -196,6 +273,7 @@ func (st *stream) refuse(ctx context.Context, q store.Querier, refused []refusal
 			en.state = parked
 			delete(st.failing, r.Sequence)
 			st.res.Parked++
+			parkedNow++
 			st.s.kit.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: parked an event the target refused",
 				slog.String("relay", st.s.cfg.Name), slog.Int64("sequence", r.Sequence), slog.String("topic", en.topic),
 				slog.Int("attempts", r.Attempts), slog.String("error", msg))
@@ -204,7 +282,7 @@ func (st *stream) refuse(ctx context.Context, q store.Querier, refused []refusal
 		st.failing[r.Sequence] = r.Attempts
 		st.res.LastError = fmt.Sprintf("sequence %d: %s", r.Sequence, msg)
 	}
-	return nil
+	return parkedNow, nil
 }
 
 // errorText is a refusal as relay_parked keeps it: code, then message,
@@ -271,6 +349,7 @@ func (st *stream) forget(ctx context.Context, q store.Querier) error {
 // (rewound by hand) means reading again. A batch sent but not committed
 // stays in hand, for the next step to commit.
 func (st *stream) resume() {
+	st.ahead = nil
 	b := st.cur
 	if b == nil {
 		return
