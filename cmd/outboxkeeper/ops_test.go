@@ -20,6 +20,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -35,12 +36,12 @@ func quiet() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)
 // (no grace: the tests make their stalls on purpose).
 func fillPass(t *testing.T, db *testdb.DB) *fill.Result {
 	t.Helper()
-	s, err := fill.New(db.Pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 700 * time.Millisecond, Tick: 50 * time.Millisecond},
-		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
+	s, err := fill.New(db.Pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 700 * time.Millisecond, Tick: 50 * time.Millisecond},
+		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.RunOnce(context.Background())
+	res, err := s.RunOnce(context.Background(), nil)
 	if err != nil {
 		t.Fatalf("fill pass: %v", err)
 	}
@@ -50,11 +51,11 @@ func fillPass(t *testing.T, db *testdb.DB) *fill.Result {
 // sweepPass runs one sweep pass, so sweep_state says it runs.
 func sweepPass(t *testing.T, db *testdb.DB) {
 	t.Helper()
-	s, err := sweep.New(db.Pool, sweep.Config{}, sweep.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}})
+	s, err := sweep.New(db.Pool, sweep.Config{}, sweep.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RunOnce(context.Background()); err != nil {
+	if _, err := s.RunOnce(context.Background(), nil); err != nil {
 		t.Fatalf("sweep pass: %v", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // dbFlags are the flags of every command that reads the database: the
@@ -73,9 +73,9 @@ func shortDuration(d time.Duration) string {
 
 // bounded is the login's pool with every statement behind a
 // transaction-local statement_timeout of what is left of f.timeout from
-// now (store.Bounded, as the functions run theirs).
-func (l *login) bounded(f *dbFlags) *store.Bounded {
-	return &store.Bounded{DB: l.pool, Deadline: time.Now().Add(f.timeout)}
+// now (pass.Bounded, as the functions run theirs).
+func (l *login) bounded(f *dbFlags) *pass.Bounded {
+	return &pass.Bounded{DB: l.pool, Deadline: time.Now().Add(f.timeout)}
 }
 
 func printJSON(w io.Writer, v any) error {

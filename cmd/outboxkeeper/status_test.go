@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
 
@@ -114,11 +115,11 @@ func TestStatusNamesAnOldOpenDelivery(t *testing.T) {
 // prunePass runs one prune pass, so prune_state says it runs.
 func prunePass(t *testing.T, db *testdb.DB) {
 	t.Helper()
-	s, err := prune.New(db.Pool, prune.Config{}, prune.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}})
+	s, err := prune.New(db.Pool, prune.Config{}, prune.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RunOnce(context.Background()); err != nil {
+	if _, err := s.RunOnce(context.Background(), nil); err != nil {
 		t.Fatalf("prune pass: %v", err)
 	}
 }

@@ -24,11 +24,7 @@ func main() {
 	awsCfg, err := awsenv.Load(context.Background())
 	init.Must(err, "load AWS configuration")
 	pool := init.Database(pg.Options{AWS: &awsCfg})
-	svc, err := compensate.New(pool, cfg, compensate.Options{
-		SQS:     sqs.NewFromConfig(awsCfg),
-		Logger:  init.Logger,
-		Metrics: init.Metrics(),
-	})
+	svc, err := compensate.New(pool, cfg, compensate.Options{Options: init.PassOptions(), SQS: sqs.NewFromConfig(awsCfg)})
 	init.Must(err, "build compensate service")
 	lambda.Start(svc.Handle)
 }

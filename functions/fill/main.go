@@ -15,8 +15,7 @@ import (
 func main() {
 	init := boot.Start("fill")
 	cfg := boot.Config[fill.Config](init)
-	pool := init.Database(pg.Options{})
-	svc, err := fill.New(pool, cfg, fill.Options{Logger: init.Logger, Metrics: init.Metrics()})
+	svc, err := fill.New(init.Database(pg.Options{}), cfg, fill.Options{Options: init.PassOptions()})
 	init.Must(err, "build fill service")
 	lambda.Start(svc.Handle)
 }

@@ -225,7 +225,7 @@ func TestImmediateStopMidProofAnswersNormallyUnderRIE(t *testing.T) {
 		t.Errorf("sequence 2: filled_by %v (%v), want fill", show(filledBy), err)
 	}
 	var owner *string
-	if err := db.Pool.QueryRow(ctx, `SELECT lease_owner FROM outbox.fill_state`).Scan(&owner); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT owner FROM outbox.leases WHERE name = 'fill'`).Scan(&owner); err != nil {
 		t.Fatal(err)
 	}
 	if owner != nil {

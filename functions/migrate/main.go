@@ -16,6 +16,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 func main() {
@@ -39,7 +40,7 @@ func main() {
 		}
 		return explained{pool}, nil
 	}
-	svc, err := migrateresource.New(open, cfg, migrateresource.Options{Logger: logger, Misconfigured: misconfigured})
+	svc, err := migrateresource.New(open, cfg, migrateresource.Options{Options: pass.Options{Logger: logger}, Misconfigured: misconfigured})
 	if err != nil {
 		logging.InitFailed(logger, "migrate", "build migrate service", err)
 	}

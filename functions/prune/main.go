@@ -14,8 +14,7 @@ import (
 func main() {
 	init := boot.Start("prune")
 	cfg := boot.Config[prune.Config](init)
-	pool := init.Database(pg.Options{})
-	svc, err := prune.New(pool, cfg, prune.Options{Logger: init.Logger, Metrics: init.Metrics()})
+	svc, err := prune.New(init.Database(pg.Options{}), cfg, prune.Options{Options: init.PassOptions()})
 	init.Must(err, "build prune service")
 	lambda.Start(svc.Handle)
 }

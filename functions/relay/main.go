@@ -13,7 +13,6 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/relay"
 )
 
@@ -26,9 +25,9 @@ func main() {
 	// The metrics' Function dimension names the relay (relay:<RELAY_NAME>,
 	// as its consumer and its lease), so two relays of one stack keep their
 	// figures, and their alarms, apart.
-	m := init.Metrics()
-	m.Function = relay.ConsumerName(cfg.Name)
-	svc, err := relay.New(pool, cfg, relay.Options{AWS: awsCfg, Options: pass.Options{Logger: init.Logger, Metrics: m}})
+	opts := init.PassOptions()
+	opts.Metrics.Function = relay.ConsumerName(cfg.Name)
+	svc, err := relay.New(pool, cfg, relay.Options{AWS: awsCfg, Options: opts})
 	init.Must(err, "build relay service")
 	lambda.Start(svc.Handle)
 }

@@ -14,8 +14,7 @@ import (
 func main() {
 	init := boot.Start("sweep")
 	cfg := boot.Config[sweep.Config](init)
-	pool := init.Database(pg.Options{})
-	svc, err := sweep.New(pool, cfg, sweep.Options{Logger: init.Logger, Metrics: init.Metrics()})
+	svc, err := sweep.New(init.Database(pg.Options{}), cfg, sweep.Options{Options: init.PassOptions()})
 	init.Must(err, "build sweep service")
 	lambda.Start(svc.Handle)
 }

@@ -25,10 +25,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/sqsreport"
 )
 
@@ -140,7 +140,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			settled = true
 			break
 		}
-		if err := budget.Sleep(ctx, 500*time.Millisecond); err != nil {
+		if err := pass.Sleep(ctx, 500*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}

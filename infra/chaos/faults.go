@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Faults, by kind.
@@ -83,7 +83,7 @@ func (f *faults) inject(ctx context.Context, kind string) error {
 		if _, err := tx.Exec(bg, lock); err != nil {
 			return err
 		}
-		_ = budget.Sleep(ctx, lockFor)
+		_ = pass.Sleep(ctx, lockFor)
 		// Both hold the proof back: a row lock takes an xid, and so does
 		// an ACCESS EXCLUSIVE lock (it is WAL-logged for standbys); on
 		// deliveries, every writer that enqueues waits behind it inside
@@ -141,7 +141,7 @@ func (f *faults) reachable(ctx context.Context, urls ...string) time.Time {
 			if err == nil {
 				break
 			}
-			_ = budget.Sleep(ctx, 200*time.Millisecond)
+			_ = pass.Sleep(ctx, 200*time.Millisecond)
 		}
 	}
 	return time.Now()

@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
@@ -78,7 +78,7 @@ func (r *remembering) sample(rng *rand.Rand) (report.Report, bool) {
 func (h *hostile) run(ctx context.Context) {
 	kinds := []string{aboveHead, futureXID, otherEpoch, hugeBody, malformed, committed, liveRow, duplicated}
 	for ctx.Err() == nil {
-		_ = budget.Sleep(ctx, time.Duration(800+h.rng.IntN(800))*time.Millisecond)
+		_ = pass.Sleep(ctx, time.Duration(800+h.rng.IntN(800))*time.Millisecond)
 		kind := kinds[h.rng.IntN(len(kinds))]
 		body, ok := h.body(ctx, kind)
 		if !ok {

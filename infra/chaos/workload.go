@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
@@ -117,7 +117,7 @@ func (w *workload) libraryWriter(ctx context.Context, id int, batch int) {
 				w.l.abandon(lost, time.Now(), false, "failed")
 			}
 		}
-		_ = budget.Sleep(ctx, time.Duration(5+rng.IntN(20))*time.Millisecond)
+		_ = pass.Sleep(ctx, time.Duration(5+rng.IntN(20))*time.Millisecond)
 	}
 }
 
@@ -160,7 +160,7 @@ func (w *workload) sqlWriter(ctx context.Context, id int) {
 	for ctx.Err() == nil {
 		_, texts := payloadsFor(id, &n, 1)
 		w.sqlOnce(ctx, rng.IntN(100), texts[0])
-		_ = budget.Sleep(ctx, time.Duration(5+rng.IntN(20))*time.Millisecond)
+		_ = pass.Sleep(ctx, time.Duration(5+rng.IntN(20))*time.Millisecond)
 	}
 }
 
@@ -205,7 +205,7 @@ func (w *workload) killedWriter(ctx context.Context, admin *pgxpool.Pool) {
 	rng := rand.New(rand.NewPCG(7, 3))
 	n := 0
 	for ctx.Err() == nil {
-		_ = budget.Sleep(ctx, time.Duration(300+rng.IntN(400))*time.Millisecond)
+		_ = pass.Sleep(ctx, time.Duration(300+rng.IntN(400))*time.Millisecond)
 		conn, err := pgx.Connect(ctx, w.url)
 		if err != nil {
 			w.l.fail("killed writer connect", err)
@@ -239,7 +239,7 @@ func (w *workload) holder(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(8, 4))
 	n := 0
 	for ctx.Err() == nil {
-		_ = budget.Sleep(ctx, time.Duration(1000+rng.IntN(3000))*time.Millisecond)
+		_ = pass.Sleep(ctx, time.Duration(1000+rng.IntN(3000))*time.Millisecond)
 		bg := context.WithoutCancel(ctx)
 		tx, err := w.pool.Begin(bg)
 		if err != nil {
@@ -257,7 +257,7 @@ func (w *workload) holder(ctx context.Context) {
 		w.liveMu.Lock()
 		w.liveSeq, w.liveXID = seqs, xid
 		w.liveMu.Unlock()
-		_ = budget.Sleep(ctx, time.Duration(6000+rng.IntN(6000))*time.Millisecond)
+		_ = pass.Sleep(ctx, time.Duration(6000+rng.IntN(6000))*time.Millisecond)
 		w.liveMu.Lock()
 		w.liveSeq = nil
 		w.liveMu.Unlock()
@@ -306,7 +306,7 @@ func (w *workload) relay(ctx context.Context) {
 			w.l.fail("relay", err)
 		}
 		if n == 0 {
-			_ = budget.Sleep(ctx, 100*time.Millisecond)
+			_ = pass.Sleep(ctx, 100*time.Millisecond)
 		}
 	}
 }
@@ -364,13 +364,13 @@ func (c *consumer) run(ctx context.Context, l *ledger) {
 		if err != nil {
 			if ctx.Err() == nil {
 				l.fail("consumer", err)
-				_ = budget.Sleep(ctx, 100*time.Millisecond)
+				_ = pass.Sleep(ctx, 100*time.Millisecond)
 			}
 			continue
 		}
 		c.take(evs)
 		if len(evs) == 0 {
-			_ = budget.Sleep(ctx, 20*time.Millisecond)
+			_ = pass.Sleep(ctx, 20*time.Millisecond)
 		}
 	}
 }

@@ -5,7 +5,6 @@
 package deploy
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,17 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"gopkg.in/yaml.v3"
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
-	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
-	"github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
-	"github.com/outboxkeeper/outboxkeeper/shared/prune"
-	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 const (
@@ -443,11 +437,11 @@ func checkWatchCoverage(tpl *template) []string {
 	if err != nil {
 		return []string{fmt.Sprintf("%s: %v", fn, err)}
 	}
-	pass := min(cfg.PassBudget, time.Duration(timeout)*time.Second-budget.Margin)
+	watch := min(cfg.PassBudget, time.Duration(timeout)*time.Second-pass.Margin)
 	var problems []string
-	if pass < period+watchSlack {
+	if watch < period+watchSlack {
 		problems = append(problems, fmt.Sprintf("%s: a pass may watch %s, not the schedule's %s plus %s of slack: some minutes would go unwatched",
-			fn, pass, period, watchSlack))
+			fn, watch, period, watchSlack))
 	}
 	if n, _ := number(tpl.property(fn, "ReservedConcurrentExecutions")); n < 2 {
 		problems = append(problems, fn+": the hand-over needs two concurrent executions")
@@ -457,147 +451,6 @@ func checkWatchCoverage(tpl *template) []string {
 
 // shortName maps a logical ID to the name config.Variables uses.
 func shortName(fn string) string { return strings.ToLower(strings.TrimSuffix(fn, "Function")) }
-
-var scenarios = []scenario{
-	{name: "secret", params: map[string]string{
-		"DatabaseSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:outbox-AbCdEf",
-	}},
-	// The secret RDS manages for a master user (username and password
-	// only), the endpoint from the parameters, verified TLS.
-	{name: "rds-managed secret", params: map[string]string{
-		"DatabaseSecretArn":   "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!db-0123-AbCdEf",
-		"DatabaseHost":        "outbox.cluster-abc.eu-west-1.rds.amazonaws.com",
-		"DatabaseCaSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds-ca-eu-west-1-XyZ123",
-	}},
-	{name: "iam", params: map[string]string{
-		"DatabaseSecretArn":  "",
-		"DatabaseHost":       "outbox.proxy-abc.eu-west-1.rds.amazonaws.com",
-		"DatabaseUser":       "outboxkeeper",
-		"DatabaseResourceId": "prx-0123456789abcdef0",
-	}},
-}
-
-// templateSets are the variables whose template default deliberately
-// differs from the code's default, with the value the template gives.
-var templateSets = map[string]map[string]string{
-	// A watching pass must outlast the schedule's minute (see
-	// checkWatchCoverage); the code's 20s default is a bounded pass's.
-	"fill": {"FILL_PASS_BUDGET": "85s"},
-}
-
-// checkEnvironment: in every database mode, each function gets only
-// variables the configuration reads for it, everything it requires, and
-// values that the configuration accepts; with the parameters' defaults the
-// tunables equal the code's defaults.
-func checkEnvironment(tpl *template) []string {
-	used := map[string][]string{}
-	for _, v := range config.Variables() {
-		used[v.Name] = v.UsedBy
-	}
-	var problems []string
-	for _, sc := range scenarios {
-		e := tpl.evaluator(sc)
-		for _, fn := range tpl.functions() {
-			short := shortName(fn)
-			where := fmt.Sprintf("%s (%s)", fn, sc.name)
-			env := e.environment(fn)
-			for name := range env {
-				if !slices.Contains(used[name], short) {
-					problems = append(problems, fmt.Sprintf("%s: sets %s, which the %s configuration does not read", where, name, short))
-				}
-			}
-			_, hasURL := env["DATABASE_URL"]
-			_, hasSecret := env["DATABASE_SECRET_ARN"]
-			secretMode := sc.params["DatabaseSecretArn"] != ""
-			switch {
-			case secretMode && (!hasSecret || hasURL):
-				problems = append(problems, where+": want DATABASE_SECRET_ARN and no DATABASE_URL")
-			case !secretMode && (!hasURL || hasSecret || env["DATABASE_IAM_AUTH"] != "true"):
-				problems = append(problems, where+": want DATABASE_URL, DATABASE_IAM_AUTH=true and no DATABASE_SECRET_ARN")
-			}
-			if host := sc.params["DatabaseHost"]; secretMode && host != "" && env["DATABASE_HOST"] != host {
-				problems = append(problems, fmt.Sprintf("%s: DATABASE_HOST = %q, want the DatabaseHost parameter %q", where, env["DATABASE_HOST"], host))
-			}
-			if ca := sc.params["DatabaseCaSecretArn"]; ca != "" && env["DATABASE_CA_SECRET_ARN"] != ca {
-				problems = append(problems, fmt.Sprintf("%s: DATABASE_CA_SECRET_ARN = %q, want the DatabaseCaSecretArn parameter", where, env["DATABASE_CA_SECRET_ARN"]))
-			}
-			lookup := config.FromMap(env)
-			db, err := config.LoadDatabase(lookup)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", where, err))
-			}
-			if sc.name == "iam" && !strings.Contains(db.URL, "sslmode=require") {
-				problems = append(problems, where+": the IAM DATABASE_URL must require TLS")
-			}
-			got, err := load(short, env)
-			want, _ := load(short, templateSets[short])
-			if c, ok := got.(compensate.Config); ok {
-				if c.DLQURL == "" {
-					problems = append(problems, where+": COMPENSATE_DLQ_URL is not set")
-				}
-				c.DLQURL = ""
-				got = c
-			}
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", where, err))
-			} else if !reflect.DeepEqual(got, want) {
-				problems = append(problems, fmt.Sprintf("%s: parameter defaults give %+v, the code's defaults are %+v", where, got, want))
-			}
-		}
-	}
-	return problems
-}
-
-// load runs the configuration loader of one function over env.
-func load(short string, env map[string]string) (any, error) {
-	lookup := config.FromMap(env)
-	switch short {
-	case "fill":
-		return config.Load[fill.Config](lookup)
-	case "sweep":
-		return config.Load[sweep.Config](lookup)
-	case "compensate":
-		return config.Load[compensate.Config](lookup)
-	case "prune":
-		return config.Load[prune.Config](lookup)
-	case "migrate":
-		return config.Load[migrateresource.Config](lookup)
-	}
-	return nil, fmt.Errorf("unknown function %q: teach this test its configuration", short)
-}
-
-// durationSamples are values a user may type; each one the configuration
-// accepts must pass the parameter's AllowedPattern too, or a valid setting
-// is refused at deploy time.
-var durationSamples = []string{"0s", "1s", "90s", "1m30s", "1.5s", "500ms", "2h45m", "12h"}
-
-// checkParameterPatterns: a parameter's AllowedPattern never refuses a
-// value the variable it feeds accepts. (The reverse, a value the pattern
-// takes but the range check refuses, fails at init naming the variable.)
-func checkParameterPatterns(tpl *template) []string {
-	var problems []string
-	for _, fn := range tpl.functions() {
-		vars, _ := get(tpl.Resources[fn], "Properties", "Environment", "Variables").(map[string]any)
-		for name, v := range vars {
-			param, _ := get(v, "Ref").(string)
-			pattern, _ := get(tpl.Parameters[param], "AllowedPattern").(string)
-			if pattern == "" {
-				continue
-			}
-			re, err := regexp.Compile(pattern)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s: AllowedPattern: %v", param, err))
-				continue
-			}
-			for _, sample := range durationSamples {
-				if _, err := load(shortName(fn), map[string]string{name: sample}); err == nil && !re.MatchString(sample) {
-					problems = append(problems, fmt.Sprintf("%s: AllowedPattern refuses %q, which %s accepts", param, sample, name))
-				}
-			}
-		}
-	}
-	return problems
-}
 
 // code is what the checks compare the template with, read from the code
 // once: the SQS calls of each function and of the CLI, and the metrics
@@ -628,6 +481,7 @@ func allChecks(tpl *template, makefile string, c code) []string {
 	p = append(p, checkEnvironment(tpl)...)
 	p = append(p, checkMigrations(tpl)...)
 	p = append(p, checkRoles(tpl)...)
+	p = append(p, checkBounds(tpl)...)
 	return p
 }
 
@@ -664,6 +518,7 @@ func TestTemplatePassesEveryCheck(t *testing.T) {
 		"patterns":         checkParameterPatterns(tpl),
 		"migrations":       checkMigrations(tpl),
 		"roles":            checkRoles(tpl),
+		"bounds":           checkBounds(tpl),
 	} {
 		for _, p := range problems {
 			t.Errorf("%s: %s", name, p)
@@ -778,6 +633,19 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{name: "the operator policy allows more", old: "              - sqs:SendMessage\n              - sqs:GetQueueAttributes\n            Resource: !GetAtt RollbackReportQueue.Arn",
 			new:  "              - sqs:SendMessage\n              - sqs:PurgeQueue\n              - sqs:GetQueueAttributes\n            Resource: !GetAtt RollbackReportQueue.Arn",
 			want: "OperatorPolicy: allows sqs:PurgeQueue, which the CLI never calls"},
+		{name: "a budget's range the code does not have", old: "SWEEP_PASS_BUDGET - time one pass may take (a Go duration, 100ms to 15m)",
+			new:  "SWEEP_PASS_BUDGET - time one pass may take (a Go duration, 1s to 15m)",
+			want: `SweepPassBudget (SWEEP_PASS_BUDGET): the description "SWEEP_PASS_BUDGET - time one pass may take (a Go duration, 1s to 15m)." does not state the code's range "(a Go duration, 100ms to 15m"`},
+		{name: "a maximum the code does not have", old: "    MaxValue: 1000\n    Description: COMPENSATE_MAX_DEFERRALS", new: "    MaxValue: 999\n    Description: COMPENSATE_MAX_DEFERRALS",
+			want: "CompensateMaxDeferrals (COMPENSATE_MAX_DEFERRALS): MaxValue 999, the code's most is 1000"},
+		{name: "a minimum the code does not have", old: "    MinValue: 0\n    MaxValue: 1000000\n", new: "    MinValue: 1\n    MaxValue: 1000000\n",
+			want: "SweepMaxRedeliveries (SWEEP_MAX_REDELIVERIES): MinValue 1, the code's least is 0"},
+		{name: "an off the code does not have", old: "(a Go duration, at least 1s).", new: "(a Go duration, at least 1s; 0s - never).",
+			want: `SweepStuckAfter (SWEEP_STUCK_AFTER): the description says what 0 means: true; in the code 0 is ""`},
+		{name: "a bounded variable set by hand", old: "COMPENSATE_PASS_BUDGET: !Ref CompensatePassBudget", new: "COMPENSATE_PASS_BUDGET: 30s",
+			want: "CompensateFunction: COMPENSATE_PASS_BUDGET is not set from a parameter"},
+		{name: "a schema pattern longer than the check", old: `AllowedPattern: "^[a-z_][a-z0-9_]{0,51}$"`, new: `AllowedPattern: "^[a-z_][a-z0-9_]{0,62}$"`,
+			want: `OutboxSchema: AllowedPattern takes "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa": true, the schema check: false`},
 		{name: "pattern refuses a valid duration", old: `AllowedPattern: "^([0-9]+(s|m|h))+$"`, new: `AllowedPattern: "^[0-9]+(s|m|h)$"`,
 			want: `CompensateDefer: AllowedPattern refuses "1m30s"`},
 	}
@@ -800,58 +668,5 @@ func TestChecksCatchBreakage(t *testing.T) {
 			}
 			t.Fatalf("no problem mentions %q; got %q", c.want, problems)
 		})
-	}
-}
-
-// TestSampleEvents keeps events/ usable with `sam local invoke -e`: the
-// scheduled input is what the template sends, and the envelopes decode
-// into aws-lambda-go's types.
-func TestSampleEvents(t *testing.T) {
-	tpl := loadTemplate(t, read(t, templatePath))
-	schedule := strings.TrimSpace(read(t, "../../events/schedule.json"))
-	for _, fn := range []string{"FillFunction", "SweepFunction"} {
-		evs := tpl.events(fn, "ScheduleV2")
-		if len(evs) != 1 {
-			t.Errorf("%s: %d ScheduleV2 events, want 1", fn, len(evs))
-			continue
-		}
-		if evs[0]["Input"] != schedule {
-			t.Errorf("%s: schedule Input %v differs from events/schedule.json %s", fn, evs[0]["Input"], schedule)
-		}
-	}
-	var cw events.CloudWatchEvent
-	if err := json.Unmarshal([]byte(read(t, "../../events/scheduled-event.json")), &cw); err != nil {
-		t.Errorf("events/scheduled-event.json: %v", err)
-	}
-	if cw.DetailType != "Scheduled Event" {
-		t.Errorf("events/scheduled-event.json: detail-type %q, want Scheduled Event", cw.DetailType)
-	}
-	if cw.Source != "aws.events" {
-		t.Errorf("events/scheduled-event.json: source %q, want aws.events", cw.Source)
-	}
-	var sqs events.SQSEvent
-	if err := json.Unmarshal([]byte(read(t, "../../events/sqs.json")), &sqs); err != nil {
-		t.Fatal(err)
-	}
-	valid := 0
-	for i, r := range sqs.Records {
-		if r.EventSource != "aws:sqs" {
-			t.Errorf("events/sqs.json record %d: eventSource %q, want aws:sqs", i, r.EventSource)
-		}
-		if r.MessageId == "" {
-			t.Errorf("events/sqs.json record %d: no messageId", i)
-		}
-		if r.Attributes["ApproximateReceiveCount"] == "" {
-			t.Errorf("events/sqs.json record %d: no ApproximateReceiveCount, which the handler reads", i)
-		}
-		if json.Valid([]byte(r.Body)) {
-			valid++
-		}
-	}
-	if len(sqs.Records) != 2 {
-		t.Errorf("events/sqs.json: %d records, want one valid and one malformed report", len(sqs.Records))
-	}
-	if valid != 1 {
-		t.Errorf("events/sqs.json: %d records with a valid JSON body, want 1", valid)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/esm"
 
@@ -67,7 +67,7 @@ func (m *Mapping) poll(ctx context.Context, f *Function) {
 		if err != nil {
 			if ctx.Err() == nil {
 				m.observeError(f, fmt.Errorf("receive: %w", err))
-				_ = budget.Sleep(ctx, time.Second)
+				_ = pass.Sleep(ctx, time.Second)
 			}
 			continue
 		}
@@ -95,7 +95,7 @@ func (m *Mapping) gather(ctx context.Context) ([]types.Message, error) {
 		}
 		batch = append(batch, more...)
 		if len(more) == 0 {
-			_ = budget.Sleep(ctx, min(100*time.Millisecond, time.Until(deadline)))
+			_ = pass.Sleep(ctx, min(100*time.Millisecond, time.Until(deadline)))
 		}
 	}
 	return batch, nil

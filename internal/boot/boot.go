@@ -14,6 +14,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	migrations "github.com/outboxkeeper/outboxkeeper/shared/migrations"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Init is one function's init in progress.
@@ -68,4 +69,10 @@ func (in *Init) Metrics() *metrics.Emitter {
 	stack, err := config.LoadStack(in.Env)
 	in.Must(err, "load the stack name")
 	return &metrics.Emitter{Function: in.Function, Stack: stack}
+}
+
+// PassOptions are the pass's common options: the init's logger and the
+// function's metrics.
+func (in *Init) PassOptions() pass.Options {
+	return pass.Options{Logger: in.Logger, Metrics: in.Metrics()}
 }

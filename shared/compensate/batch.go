@@ -12,8 +12,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
@@ -33,12 +33,13 @@ type item struct {
 // batch is one invocation's working state.
 type batch struct {
 	s *Service
-	// q sends the batch's statements, each bounded by the budget's end;
-	// insertQ is the same with a lock wait of its own (heldRowWait).
-	q, insertQ *store.Counting
-	end        time.Time // the budget's end: every statement and retry ends by it
-	items      []item
-	res        *Result
+	// run bounds every statement and retry by the budget's end; its Q
+	// sends the batch's statements, and insertQ is the same with a lock
+	// wait of its own (heldRowWait).
+	run     *pass.Run
+	insertQ *pass.Counting
+	items   []item
+	res     *Result
 }
 
 // heldRowWait bounds the placeholder insert's wait on a row lock. A report
@@ -53,22 +54,25 @@ const heldRowWait = time.Second
 // failure is reported per message in the Result, never as an error for the
 // whole batch; the error is only ever the caller's context ending.
 func (s *Service) RunOnce(ctx context.Context, ev events.SQSEvent) (*Result, error) {
-	start := s.opts.Now()
-	end := start.Add(budget.For(ctx, s.cfg.PassBudget, start))
+	run := s.kit.Begin(ctx)
 	b := &batch{
 		s:       s,
-		q:       &store.Counting{Q: &store.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}},
-		insertQ: &store.Counting{Q: &store.Bounded{DB: s.db, Deadline: end, LockWait: heldRowWait, Now: s.opts.Now}},
-		end:     end,
+		run:     run,
+		insertQ: run.Querier(heldRowWait),
 		res:     &Result{Received: len(ev.Records), Messages: []Message{}},
 	}
 	b.parse(ev)
 	b.decide(ctx)
 	b.fill(ctx)
 	b.settle(ctx)
-	b.res.Statements = b.q.Count() + b.insertQ.Count()
-	b.res.DurationMS = s.opts.Now().Sub(start).Milliseconds()
-	return b.res, ctx.Err()
+	b.res.Retries = run.Retries
+	// The batch's error is per message (Result.Error); the pass's is only
+	// ever the invocation's context ending.
+	_ = run.Close(&b.res.Summary, nil)
+	if err := ctx.Err(); err != nil {
+		return b.res, fmt.Errorf("compensate: handle the batch: %w", err)
+	}
+	return b.res, nil
 }
 
 // parse validates every body; a report that cannot be parsed is Invalid
@@ -97,7 +101,7 @@ func (b *batch) decide(ctx context.Context) {
 	var check Check
 	err := b.retry(ctx, func(ctx context.Context) error {
 		var err error
-		check, err = b.s.check(ctx, b.q, distinctXIDs(pending))
+		check, err = b.s.check(ctx, b.run.Q, distinctXIDs(pending))
 		return err
 	})
 	if future := check.future(); err == nil && len(future) > 0 {
@@ -105,7 +109,7 @@ func (b *batch) decide(ctx context.Context) {
 		// lock. Either it is bogus, or its writer finished between the
 		// snapshot and the lock read; a fresh snapshot tells which.
 		err = b.retry(ctx, func(ctx context.Context) error {
-			again, err := b.s.check(ctx, b.q, future)
+			again, err := b.s.check(ctx, b.run.Q, future)
 			maps.Copy(check.Status, again.Status)
 			return err
 		})
@@ -150,7 +154,7 @@ func (b *batch) fill(ctx context.Context) {
 		return
 	}
 	err := b.insert(ctx, fillable)
-	if store.IsLockTimeout(err) && len(fillable) > 1 {
+	if pass.IsLockTimeout(err) && len(fillable) > 1 {
 		for _, it := range fillable {
 			b.settleInsert(it, b.insert(ctx, []*item{it}))
 		}
@@ -165,7 +169,7 @@ func (b *batch) fill(ctx context.Context) {
 func (b *batch) settleInsert(it *item, err error) {
 	switch {
 	case err == nil:
-	case store.IsLockTimeout(err):
+	case pass.IsLockTimeout(err):
 		it.outcome, it.reason = heldByLiveWriter(receiveCount(it.msg), b.s.cfg.MaxDeferrals)
 	default:
 		it.err = fmt.Errorf("insert: %w", err)
@@ -250,7 +254,7 @@ func (b *batch) settleOne(ctx context.Context, it *item) Message {
 	case it.outcome == Invalid && s.cfg.DLQURL == "":
 		res.Invalid++
 		// The queue's own redrive policy moves it after maxReceiveCount.
-		s.opts.Logger.WarnContext(ctx, "compensate: bad rollback report and no COMPENSATE_DLQ_URL: reported failed for the redrive policy",
+		s.kit.Warn(ctx, "bad rollback report and no COMPENSATE_DLQ_URL: reported failed for the redrive policy",
 			slog.String("message_id", it.msg.MessageId), slog.String("reason", it.reason))
 		return b.failed(it, "invalid: "+it.reason+" (no DLQ configured)")
 	case it.outcome == Invalid:
@@ -269,7 +273,7 @@ func (b *batch) settleOne(ctx context.Context, it *item) Message {
 		res.failures = append(res.failures, events.SQSBatchItemFailure{ItemIdentifier: it.msg.MessageId})
 	case it.outcome == Dropped:
 		res.Dropped++
-		s.opts.Logger.WarnContext(ctx, "compensate: writer still in progress after the maximum deferrals; dropping the report, the fill function will prove and fill these sequences",
+		s.kit.Warn(ctx, "writer still in progress after the maximum deferrals; dropping the report, the fill function will prove and fill these sequences",
 			slog.String("message_id", it.msg.MessageId), slog.Uint64("xid", it.rep.XID),
 			slog.Int("sequences", len(it.rep.Sequences)), slog.Int("receive_count", receiveCount(it.msg)))
 	case it.outcome != Filled:
@@ -308,21 +312,12 @@ func (b *batch) failAll(items []*item, err error) {
 // is bounded by the budget's end, so a hung connection cannot overrun the
 // Lambda deadline.
 func (b *batch) retry(ctx context.Context, fn func(context.Context) error) error {
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithDeadline(ctx, b.end)
-		err := fn(actx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if !store.Transient(err) || attempt > b.s.cfg.retries() || !b.s.opts.Now().Add(b.s.cfg.retryInterval()).Before(b.end) {
-			return err
-		}
-		b.res.Retries++
-		if err := budget.Sleep(ctx, b.s.cfg.retryInterval()); err != nil {
-			return err
-		}
-	}
+	policy := pass.RetryPolicy{Every: b.s.cfg.retryInterval(), Attempts: b.s.cfg.retries()}
+	return b.run.Retry(ctx, policy, func(ctx context.Context) error {
+		actx, cancel := context.WithDeadline(ctx, b.run.End)
+		defer cancel()
+		return fn(actx)
+	})
 }
 
 // receiveCount is SQS's ApproximateReceiveCount, 1 when absent (the event

@@ -11,11 +11,11 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
@@ -26,12 +26,8 @@ type batchBench struct {
 	db *testdb.DB
 }
 
-func newHandler(b *testing.B, pool store.DB) *compensate.Service {
-	svc, err := compensate.New(pool, compensate.Config{}, compensate.Options{
-		SQS:     sqstest.Client(b),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard},
-	})
+func newHandler(b *testing.B, pool pass.DB) *compensate.Service {
+	svc, err := compensate.New(pool, compensate.Config{}, compensate.Options{Options: pass.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}, SQS: sqstest.Client(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -33,13 +33,13 @@ func BenchmarkColdCheck(b *testing.B) {
 	small, big := benchkit.Size(1_000, 100), benchkit.Size(10_000, 1_000)
 	db := testdb.New(b)
 	ctx := context.Background()
-	sql := checkSQL(db.Schema)
+	sql := checkFile.Statement("check", db.Schema.Name())
 	var xmax uint64
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
 		b.Fatal(err)
 	}
 	check := func(conn *pgx.Conn, n int) {
-		rows, err := coldplan.Bounded(conn).Query(ctx, sql, checkXIDs(xmax, n))
+		rows, err := coldplan.Bounded(conn).Query(ctx, sql, checkArgs(checkXIDs(xmax, n)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -42,7 +42,7 @@ func TestCheckAndInsertAreLinearOnColdStatistics(t *testing.T) {
 	}
 	var got int
 	coldplan.Linear(t, ctx, db.DirectURL, "compensate's check", batch, func(conn *pgx.Conn) error {
-		rows, err := coldplan.Bounded(conn).Query(ctx, checkSQL(db.Schema), xids)
+		rows, err := coldplan.Bounded(conn).Query(ctx, checkFile.Statement("check", db.Schema.Name()), checkArgs(xids))
 		if err != nil {
 			return err
 		}

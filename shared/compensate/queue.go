@@ -72,7 +72,7 @@ func (q *queueURLs) lookup(ctx context.Context, arn string) (string, error) {
 // and the report's message id on the source queue (`source_message_id`),
 // which is the id compensate's log line names it by.
 func (s *Service) toDLQ(ctx context.Context, it *item) error {
-	_, err := s.opts.SQS.SendMessage(ctx, &sqs.SendMessageInput{
+	_, err := s.sqs.SendMessage(ctx, &sqs.SendMessageInput{
 		QueueUrl:    aws.String(s.cfg.DLQURL),
 		MessageBody: aws.String(it.msg.Body),
 		MessageAttributes: map[string]sqstypes.MessageAttributeValue{
@@ -88,7 +88,7 @@ func (s *Service) deferMessage(ctx context.Context, msg *events.SQSMessage) erro
 	if err != nil {
 		return err
 	}
-	_, err = s.opts.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+	_, err = s.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl:          aws.String(url),
 		ReceiptHandle:     aws.String(msg.ReceiptHandle),
 		VisibilityTimeout: s.cfg.deferSeconds(),

@@ -1,15 +1,13 @@
 package compensate
 
 import (
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"slices"
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Message is the outcome of one SQS message.
@@ -40,13 +38,14 @@ type Result struct {
 	Head int64 `json:"head"`
 	// FilledRange is the [min, max] notified, when anything was written.
 	FilledRange []int64 `json:"filled_range,omitempty"`
-	// Statements sent to the database, retries included.
-	Statements int64 `json:"statements"`
 	// Retries of transient database errors.
-	Retries    int       `json:"retries"`
-	Error      string    `json:"error,omitempty"`
-	DurationMS int64     `json:"duration_ms"`
-	Messages   []Message `json:"messages"`
+	Retries int `json:"retries"`
+	// Summary is statements (sent to the database, retries included),
+	// duration_ms, and error: every database or SQS error that kept a
+	// message from its outcome. timed_out is never set: a statement the
+	// budget ended fails its messages.
+	pass.Summary
+	Messages []Message `json:"messages"`
 
 	failures []events.SQSBatchItemFailure
 }
@@ -58,17 +57,15 @@ func (r *Result) Response() events.SQSEventResponse {
 }
 
 // String is the Result as JSON.
-func (r *Result) String() string {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Sprintf("unprintable compensate result: %v", err)
-	}
-	return string(b)
-}
+func (r *Result) String() string { return pass.String(r) }
 
-// LogValue makes the log line the Result: every JSON field, under the same
-// names.
-func (r *Result) LogValue() slog.Value { return logging.JSONValue(r) }
+// Level is the log line's level: a warning when any message failed.
+func (r *Result) Level(error) slog.Level {
+	if r.Failed > 0 {
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
+}
 
 // Metrics are the EMF values of one batch.
 func (r *Result) Metrics() []metrics.Metric {

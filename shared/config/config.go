@@ -1,9 +1,9 @@
 // Package config reads the outboxkeeper environment once, at init, into the
-// configs the passes own (fill.Config, sweep.Config, compensate.Config, prune.Config,
-// relay.Config, with Load) and the database login (LoadDatabase). It only parses: each pass's Config.Validate decides
-// what is acceptable, and this package returns its complaint naming the
-// variable and the value, so a bad deployment fails before the first
-// invocation saying what to fix.
+// configs the passes own (fill.Config, sweep.Config, compensate.Config,
+// prune.Config, relay.Config, with Load) and the database login (LoadDatabase). It
+// only parses: each pass's Config.Validate decides what is acceptable, and
+// this package returns its complaint naming the variable and the value, so
+// a bad deployment fails before the first invocation saying what to fix.
 package config
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Lookup reads one variable; os.LookupEnv in production, a map in tests.
@@ -102,6 +103,7 @@ func Variables() []Variable {
 		{"COMPENSATE_MAX_DEFERRALS", []string{"compensate"}},
 		{"COMPENSATE_RETRY_ATTEMPTS", []string{"compensate"}},
 		{"COMPENSATE_RETRY_INTERVAL", []string{"compensate"}},
+		{"COMPENSATE_PASS_BUDGET", []string{"compensate"}},
 		{"PRUNE_ACKED_AFTER", []string{"prune"}},
 		{"PRUNE_DEAD_AFTER", []string{"prune"}},
 		{"PRUNE_EVENTS_AFTER", []string{"prune"}},
@@ -307,21 +309,22 @@ func (r *reader) boolean(name string, def bool) bool {
 }
 
 // A pass's Config reads a zero field as "the default", so a variable set
-// to zero explicitly is handed over as -1: the pass takes that for "none"
-// where none is allowed (FILL_GRACE=0s is fill.NoGrace) and refuses it
-// elsewhere, and explain quotes the variable as it was set.
-const explicitZero = -1
+// to zero explicitly is handed over as pass.Off: the pass takes that for
+// "none" where its Bound allows it (FILL_GRACE=0s is no grace) and refuses
+// it elsewhere, and explain quotes the variable as it was set.
+const explicitZero = pass.Off
 
-// parseInt parses a whole number; unset is 0, the pass's default.
-func (r *reader) parseInt(name string) int {
+// parseNumber parses a non-negative number with parse; unset is 0, the
+// pass's default, and a bad value fails saying it must be what.
+func parseNumber[T int | time.Duration](r *reader, name string, parse func(string) (T, error), what string) T {
 	v := r.str(name)
 	if v == "" {
 		return 0
 	}
-	n, err := strconv.Atoi(v)
+	n, err := parse(v)
 	switch {
 	case err != nil:
-		r.fail(name, v, "must be a whole number")
+		r.fail(name, v, "must be "+what)
 	case n < 0:
 		r.fail(name, v, "must not be negative")
 	case n == 0:
@@ -330,23 +333,14 @@ func (r *reader) parseInt(name string) int {
 	return n
 }
 
-// parseDuration parses a non-negative Go duration ("2s", "500ms"); unset
-// is 0, the pass's default.
+// parseInt parses a whole number.
+func (r *reader) parseInt(name string) int {
+	return parseNumber(r, name, strconv.Atoi, "a whole number")
+}
+
+// parseDuration parses a Go duration ("2s", "500ms").
 func (r *reader) parseDuration(name string) time.Duration {
-	v := r.str(name)
-	if v == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(v)
-	switch {
-	case err != nil:
-		r.fail(name, v, `must be a Go duration such as "2s" or "500ms"`)
-	case d < 0:
-		r.fail(name, v, "must not be negative")
-	case d == 0:
-		return explicitZero
-	}
-	return d
+	return parseNumber(r, name, time.ParseDuration, `a Go duration such as "2s" or "500ms"`)
 }
 
 // explain turns a pass's *setting.Error into an *Error naming the

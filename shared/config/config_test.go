@@ -12,6 +12,7 @@ import (
 	compensatepkg "github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migratepkg "github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	prunepkg "github.com/outboxkeeper/outboxkeeper/shared/prune"
 	relaypkg "github.com/outboxkeeper/outboxkeeper/shared/relay"
 	sweeppkg "github.com/outboxkeeper/outboxkeeper/shared/sweep"
@@ -49,7 +50,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pr != (prunepkg.Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: prunepkg.Keep, BatchLimit: 5000, PassBudget: 20 * time.Second}) {
+	if pr != (prunepkg.Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: pass.Off, BatchLimit: 5000, PassBudget: 20 * time.Second}) {
 		t.Fatalf("prune = %+v", pr)
 	}
 	comp, err := Load[compensatepkg.Config](env)
@@ -131,15 +132,16 @@ func TestEveryVariable(t *testing.T) {
 		{"FILL_TICK", "250ms", func(l loaded) bool { return l.fill.Tick == 250*time.Millisecond }, []string{"5ms", "2m", "often"}},
 		{"SWEEP_STUCK_AFTER", "90s", func(l loaded) bool { return l.sw.StuckAfter == 90*time.Second }, []string{"0s", "1m30"}},
 		{"SWEEP_BATCH_LIMIT", "100", func(l loaded) bool { return l.sw.BatchLimit == 100 }, []string{"0"}},
-		{"SWEEP_MAX_REDELIVERIES", "0", func(l loaded) bool { return l.sw.MaxRedeliveries == sweeppkg.NeverDead }, []string{"-1", "many"}},
+		{"SWEEP_MAX_REDELIVERIES", "0", func(l loaded) bool { return l.sw.MaxRedeliveries == pass.Off }, []string{"-1", "many"}},
 		{"SWEEP_PASS_BUDGET", "3s", func(l loaded) bool { return l.sw.PassBudget == 3*time.Second }, []string{"0s", "720h", "15m1s"}},
 		{"COMPENSATE_DLQ_URL", "https://sqs.eu-west-1.amazonaws.com/1/dlq", func(l loaded) bool { return l.comp.DLQURL != "" }, []string{"dlq"}},
 		{"COMPENSATE_MAX_SEQUENCES", "500", func(l loaded) bool { return l.comp.MaxSequences == 500 }, []string{"0", "1000000"}},
 		{"COMPENSATE_DEFER", "5s", func(l loaded) bool { return l.comp.Defer == 5*time.Second }, []string{"1500ms", "13h", "-1s"}},
 		{"COMPENSATE_MAX_DEFERRALS", "7", func(l loaded) bool { return l.comp.MaxDeferrals == 7 }, []string{"0"}},
-		{"COMPENSATE_RETRY_ATTEMPTS", "0", func(l loaded) bool { return l.comp.RetryAttempts == compensatepkg.None }, []string{"-1", "101", "two"}},
+		{"COMPENSATE_RETRY_ATTEMPTS", "0", func(l loaded) bool { return l.comp.RetryAttempts == pass.Off }, []string{"-1", "101", "two"}},
 		{"COMPENSATE_RETRY_INTERVAL", "100ms", func(l loaded) bool { return l.comp.RetryInterval == 100*time.Millisecond }, []string{"-5ms", "fast"}},
-		{"PRUNE_ACKED_AFTER", "0", func(l loaded) bool { return l.pr.AckedAfter == prunepkg.Keep }, []string{"500ms", "a day"}},
+		{"COMPENSATE_PASS_BUDGET", "45s", func(l loaded) bool { return l.comp.PassBudget == 45*time.Second }, []string{"0s", "50ms", "16m"}},
+		{"PRUNE_ACKED_AFTER", "0", func(l loaded) bool { return l.pr.AckedAfter == pass.Off }, []string{"500ms", "a day"}},
 		{"PRUNE_DEAD_AFTER", "720h", func(l loaded) bool { return l.pr.DeadAfter == 720*time.Hour }, []string{"-1h", "week"}},
 		{"PRUNE_EVENTS_AFTER", "2160h", func(l loaded) bool { return l.pr.EventsAfter == 2160*time.Hour }, []string{"1ms", "90d"}},
 		{"PRUNE_BATCH_LIMIT", "200", func(l loaded) bool { return l.pr.BatchLimit == 200 }, []string{"0", "100001"}},
@@ -214,6 +216,10 @@ func TestPassBudgetAboveLambdasLongestTimeoutNamesTheVariable(t *testing.T) {
 		"FILL_PASS_BUDGET":  func(env Lookup) error { _, err := Load[fillpkg.Config](env); return err },
 		"SWEEP_PASS_BUDGET": func(env Lookup) error { _, err := Load[sweeppkg.Config](env); return err },
 		"PRUNE_PASS_BUDGET": func(env Lookup) error { _, err := Load[prunepkg.Config](env); return err },
+		"COMPENSATE_PASS_BUDGET": func(env Lookup) error {
+			_, err := Load[compensatepkg.Config](env)
+			return err
+		},
 	}
 	for name, load := range loaders {
 		t.Run(name+"=720h", func(t *testing.T) {
@@ -250,8 +256,8 @@ func TestFillGraceZeroMeansNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Grace != fillpkg.NoGrace {
-		t.Errorf("Grace = %s, want NoGrace", c.Grace)
+	if c.Grace != pass.Off {
+		t.Errorf("Grace = %s, want pass.Off (no grace)", c.Grace)
 	}
 }
 

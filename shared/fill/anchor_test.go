@@ -12,9 +12,10 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
 
-// The first watermark: the first pass anchors at 0, and only a proof moves
-// it over what is missing below the lowest present row. These tests hold
-// xids across passes, so none runs in parallel (see fill_test.go).
+// The first run: the first pass anchors the watermark at 0, only a proof
+// moves it over what is missing below the lowest present row, and gaps
+// already there need no grace. A test here that holds an xid across a
+// pass does not run in parallel (see fill_test.go).
 
 // readEvents is read_events(after, max): the sequences a consumer at
 // after may take now.
@@ -131,7 +132,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pres, err := pr.RunOnce(ctx)
+			pres, err := pr.RunOnce(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +152,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			if got, want := consume(t, db, "c"), span(1, b); !slices.Equal(got, want) {
 				t.Errorf("the consumer read %d events (%v...), want all %d", len(got), got[:min(len(got), 5)], len(want))
 			}
-			pres, err = pr.RunOnce(ctx)
+			pres, err = pr.RunOnce(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +172,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 func TestDeletedPrefixIsPassedOverOnlyOnceProven(t *testing.T) {
 	db := testdb.New(t)
 	const deleted = 3_000_000
-	exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, deleted)
+	testdb.Exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, deleted)
 	w := openWriter(t, db)
 	late := w.publish() // deleted+1, not yet committed
 	top := commit(t, db, 9)
@@ -208,5 +209,175 @@ func TestDeletedPrefixIsPassedOverOnlyOnceProven(t *testing.T) {
 	}
 	if got, want := readEvents(t, db, 0, 100), span(late, top); !slices.Equal(got, want) {
 		t.Errorf("read_events(0, 100) = %v, want %v: the late writer's event first", got, want)
+	}
+}
+
+// Gaps present at the first run are filled without waiting for the grace.
+func TestHistoricalGapsNeedNoGrace(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	commit(t, db, 2) // 1, 2
+	burn(t, db, 3)   // 3..5
+	commit(t, db, 1) // 6
+	burn(t, db, 2)   // 7, 8: a historical burned tail
+	cfg := testConfig()
+	cfg.Grace = time.Hour
+	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
+	wantCaughtUp(t, res)
+	if res.Filled != 5 {
+		t.Errorf("Filled = %d, want 3..5 and 7..8 at once", res.Filled)
+	}
+	if res.Watermark != 8 {
+		t.Errorf("Watermark = %d, want 8", res.Watermark)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("MarkersTaken = %d, want one marker for all historical gaps", res.MarkersTaken)
+	}
+	got := rows(t, db)
+	for _, s := range []int64{3, 4, 5, 7, 8} {
+		if r, ok := got[s]; !isPlaceholder(r, ok) {
+			t.Errorf("sequence %d: %+v, want a fill placeholder", s, r)
+		}
+	}
+}
+
+// A young outbox whose very first writers rolled back: the consumer starts
+// at 0 and must not wait on sequence 1 forever.
+func TestYoungOutboxFillsFromTheStart(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	burn(t, db, 2)   // 1, 2
+	commit(t, db, 1) // 3
+	cfg := testConfig()
+	cfg.Grace = time.Hour
+	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
+	if res.Filled != 2 {
+		t.Errorf("Filled = %d, want 1..2 filled as historical gaps", res.Filled)
+	}
+	if res.Watermark != 3 {
+		t.Errorf("Watermark = %d, want 3", res.Watermark)
+	}
+}
+
+// Rule §3.2 on the historical path: historical gaps are proven with one
+// marker, assigned after the first run's head read, so only sequences at
+// or below that head may be filled with it. A writer that allocates later
+// (its xid newer than the marker) stays unfilled while it runs, even when
+// a later pass reads a higher head and the historical proof passes.
+func TestRuleHistoricalFillCappedAtFirstHead(t *testing.T) {
+	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
+	db := testdb.New(t)
+	ctx := context.Background()
+	commit(t, db, 1)                // 1
+	historical, _ := burn(t, db, 1) // 2: a gap present at the first run
+	commit(t, db, 1)                // 3: the first run's head
+	old := openWriter(t, db)        // an older transaction holds the proof back
+	if _, err := old.tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := testConfig()
+	cfg.Grace, cfg.PassBudget = time.Hour, time.Second
+	s := newService(t, db.Pool, cfg, Options{})
+	res := runPass(t, s)
+	wantWaiting(t, res, WaitingProof)
+	if !res.Historical {
+		t.Errorf("first run: Historical = false, want the historical proof; %v", res)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("first run: MarkersTaken = %d, want 1", res.MarkersTaken)
+	}
+	if res.Head != 3 {
+		t.Errorf("first run: Head = %d, want 3", res.Head)
+	}
+
+	late := openWriter(t, db) // xid newer than the historical marker
+	seq := late.allocate()    // 4, above the first run's head, row not yet inserted
+	commit(t, db, 1)          // 5: the head a later pass reads
+	old.rollback()
+
+	res = runPass(t, s)
+	if res.Filled != 1 {
+		t.Errorf("Filled = %d, want only the historical gap %d", res.Filled, historical)
+	}
+	if res.Watermark != historical+1 {
+		t.Errorf("Watermark = %d, want %d", res.Watermark, historical+1)
+	}
+	if res.Head != 5 {
+		t.Errorf("Head = %d, want 5", res.Head)
+	}
+	wantWaiting(t, res, WaitingGrace) // the live stall at seq, in its grace
+	got := rows(t, db)
+	if r, ok := got[historical]; !isPlaceholder(r, ok) {
+		t.Errorf("historical gap %d: %+v, want a fill placeholder", historical, r)
+	}
+	if r, ok := got[seq]; ok {
+		t.Errorf("sequence %d of a writer still open was filled: %+v", seq, r)
+	}
+	late.rollback()
+}
+
+// History pruned below the lowest present row (more than a page of it) is
+// not refilled.
+func TestPrunedHistoryIsNotRefilled(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	commit(t, db, 6) // 1..6
+	testdb.Exec(t, db.Pool, `DELETE FROM outbox.events WHERE sequence <= 3`)
+	cfg := testConfig()
+	cfg.PageSize = 2
+	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
+	if res.Filled != 0 {
+		t.Errorf("Filled = %d, want 0", res.Filled)
+	}
+	if res.Watermark != 6 {
+		t.Errorf("Watermark = %d, want 6", res.Watermark)
+	}
+	if got := rows(t, db); len(got) != 3 {
+		t.Errorf("rows = %v, want only 4..6", got)
+	}
+}
+
+// The empty table whose head lies more than a page above the start: its
+// writers rolled back (or their rows were deleted). The first pass anchors
+// at 0 and proves them; proven, they are passed over without a
+// placeholder, and the first row to come is read from where they end.
+func TestEmptyTableProvenPrefixIsPassedOver(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	burn(t, db, 3)
+	cfg := testConfig()
+	cfg.PageSize = 2
+	s := newService(t, db.Pool, cfg, Options{})
+	res := runPass(t, s)
+	if !res.Started {
+		t.Errorf("first pass: Started = false, want true; %v", res)
+	}
+	if res.Filled != 0 {
+		t.Errorf("first pass: Filled = %d, want 0 (1..3 passed over, not written)", res.Filled)
+	}
+	if res.PassedOver != 3 {
+		t.Errorf("first pass: PassedOver = %d, want 3", res.PassedOver)
+	}
+	if res.MarkersTaken != 1 {
+		t.Errorf("first pass: MarkersTaken = %d, want the one proof that allows it", res.MarkersTaken)
+	}
+	wantCaughtUp(t, res)
+	if res.Head != 3 {
+		t.Errorf("first pass: Head = %d, want 3", res.Head)
+	}
+	if res.Watermark != 3 {
+		t.Errorf("first pass: Watermark = %d, want 3", res.Watermark)
+	}
+	commit(t, db, 1) // 4
+	res = runPass(t, s)
+	if res.Filled != 0 {
+		t.Errorf("next pass: Filled = %d, want 0", res.Filled)
+	}
+	if res.Watermark != 4 {
+		t.Errorf("next pass: Watermark = %d, want 4", res.Watermark)
+	}
+	if got := rows(t, db); len(got) != 1 {
+		t.Errorf("rows = %v, want only 4", got)
 	}
 }

@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
@@ -36,9 +34,9 @@ func templateConfig(bounded bool) Config {
 func burst(b *testing.B, db *testdb.DB, n, k int64) (first, top int64) {
 	first = head(b, db) + 1
 	top = first + n - 1
-	exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
+	testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
 		SELECT g, 't', '{}' FROM generate_series($1::bigint, $2::bigint) g WHERE (g - $1) % $3 <> $3 - 1`, first, top, k)
-	exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, top)
+	testdb.Exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, top)
 	return first, top
 }
 
@@ -47,7 +45,7 @@ func burst(b *testing.B, db *testdb.DB, n, k int64) (first, top int64) {
 // (every k-th of first..top), timed.
 func bareInsert(b *testing.B, db *testdb.DB, first, top, k int64) time.Duration {
 	return benchkit.Timed(func() {
-		exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by)
+		testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by)
 			SELECT g, 'fill' FROM generate_series($1::bigint, $2::bigint) g WHERE (g - $1) % $3 = $3 - 1`, first, top, k)
 	})
 }
@@ -86,7 +84,7 @@ func BenchmarkFillBurst(b *testing.B) {
 				first, top := burst(b, db, n, 1)
 				return benchkit.Timed(func() {
 					for s := first; s <= top; s++ {
-						exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'fill') ON CONFLICT (sequence) DO NOTHING`, s)
+						testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'fill') ON CONFLICT (sequence) DO NOTHING`, s)
 					}
 				})
 			}},
@@ -171,7 +169,7 @@ func BenchmarkFillLiveGap(b *testing.B) {
 				defer cancel()
 				done := make(chan *Result, 1)
 				go func() {
-					res, _ := s.RunOnce(ctx)
+					res, _ := s.RunOnce(ctx, nil)
 					done <- res
 				}()
 				if err := waitForState(db, holdsLease+` AND started`); err != nil {
@@ -217,46 +215,6 @@ func BenchmarkFillLiveGap(b *testing.B) {
 	b.ReportMetric(limit/fill, "fill/limit")
 }
 
-// timed is a store.DB that adds up the time its statements take, so a
-// watching pass's database work can be told from its sleeps.
-type timed struct {
-	db store.DB
-	ns atomic.Int64
-}
-
-func (t *timed) add(start time.Time) { t.ns.Add(int64(time.Since(start))) }
-
-func (t *timed) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	defer t.add(time.Now())
-	return t.db.Exec(ctx, sql, args...)
-}
-
-func (t *timed) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	defer t.add(time.Now())
-	return t.db.Query(ctx, sql, args...)
-}
-
-func (t *timed) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	defer t.add(time.Now())
-	return t.db.QueryRow(ctx, sql, args...)
-}
-
-// SendBatch is timed until its results are closed.
-func (t *timed) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return &timedBatch{BatchResults: t.db.SendBatch(ctx, b), t: t, start: time.Now()}
-}
-
-type timedBatch struct {
-	pgx.BatchResults
-	t     *timed
-	start time.Time
-}
-
-func (b *timedBatch) Close() error {
-	defer b.t.add(b.start)
-	return b.BatchResults.Close()
-}
-
 // BenchmarkFillWatching: a healthy watching pass (the template's tick)
 // over tables of 100k, 1M and 10M rows while a writer commits a few events
 // every tick, the three sizes side by side in alternating order. Targets:
@@ -267,10 +225,10 @@ func BenchmarkFillWatching(b *testing.B) {
 	dbs := map[int64]*testdb.DB{}
 	for _, n := range sizes {
 		db := testdb.New(b)
-		exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
+		testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
 			SELECT g, 't', '{}' FROM generate_series(1, $1::bigint) g`, n)
-		exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, n)
-		exec(b, db.Pool, `VACUUM ANALYZE outbox.events`)
+		testdb.Exec(b, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, n)
+		testdb.Exec(b, db.Pool, `VACUUM ANALYZE outbox.events`)
 		catchUp := templateConfig(true)
 		catchUp.PageSize = 100_000
 		if res := runPass(b, newService(b, db.Pool, catchUp, Options{})); res.Watermark != n {
@@ -284,7 +242,7 @@ func BenchmarkFillWatching(b *testing.B) {
 			db := dbs[n]
 			cfg := templateConfig(false)
 			cfg.PassBudget = 5 * time.Second
-			t := &timed{db: db.Pool}
+			t := &benchkit.TimedDB{DB: db.Pool}
 			s := newService(b, t, cfg, Options{})
 			// Writers committing between ticks. They run beside the pass,
 			// so they report an error instead of failing the benchmark
@@ -308,7 +266,7 @@ func BenchmarkFillWatching(b *testing.B) {
 				b.Fatalf("writer: %v", err)
 			}
 			stmts[n] = append(stmts[n], float64(res.Statements)/float64(res.Ticks))
-			perTick := time.Duration(t.ns.Load() / int64(res.Ticks))
+			perTick := t.Total() / time.Duration(res.Ticks)
 			dbNS[n] = append(dbNS[n], float64(perTick))
 			return perTick
 		}}

@@ -17,9 +17,9 @@ func TestScatteredGapsClosedInOneCycle(t *testing.T) {
 	started(t, db)
 	const n, every = 10_000, 5 // 2,000 gaps scattered among 10,000 new sequences
 	first := head(t, db) + 1
-	exec(t, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
+	testdb.Exec(t, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
 		SELECT g, 't', '{}' FROM generate_series($1::bigint, $2::bigint) g WHERE g % $3 <> 0`, first, first+n-1, every)
-	exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, first+n-1)
+	testdb.Exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, first+n-1)
 	gaps := int64(0)
 	for s := first; s < first+n; s++ {
 		if s%every == 0 {
@@ -46,7 +46,7 @@ func TestScatteredGapsClosedInOneCycle(t *testing.T) {
 	if res.Waiting != nil {
 		t.Errorf("Waiting = %s, want caught up", res.WaitingFor())
 	}
-	if inserts := rec.count("INSERT INTO"); int64(inserts) != gaps/int64(cfg.BatchLimit) {
+	if inserts := rec.inserts(); int64(inserts) != gaps/int64(cfg.BatchLimit) {
 		t.Errorf("inserts = %d, want %d full batches of %d", inserts, gaps/int64(cfg.BatchLimit), cfg.BatchLimit)
 	}
 	var placeholders int64
@@ -68,7 +68,7 @@ func TestLiveGapOf200kClosedInOnePass(t *testing.T) {
 	started(t, db)
 	const gap = 200_000
 	from := head(t, db)
-	exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, from+gap)
+	testdb.Exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, from+gap)
 	top := commit(t, db, 1)
 
 	cfg := testConfig()

@@ -6,28 +6,37 @@ import "time"
 // unit tested without a database (decide_test.go). The pass in pass.go
 // only reads, calls these, and writes.
 
+// prefix is what passOverPrefix decides on: the watermark W, the lowest
+// present sequence First (0 for none up to Top), Top (the cycle's marker
+// head and the head read this pass), whether the cycle is Historical, and
+// the page size.
+type prefix struct {
+	W, First, Top int64
+	Historical    bool
+	PageSize      int
+}
+
 // passOverPrefix is how far a proven historical cycle over the start of
 // the outbox (watermark 0, so nothing was ever passed) moves the watermark
-// without writing: up to just below the first present row, capped at top
-// (the cycle's marker head and the head read this pass), when that run is
-// longer than a page. first is the lowest present sequence, 0 for none up
-// to top, read after the proof passed: every sequence of the run is
-// missing now and, proven, can never be written (§3.3), whatever made it
-// missing (writers that rolled back, a prefix deleted by an earlier
-// retention, a sequence started high), so passing it over is as sound as
-// filling it; refilling a long one would write placeholders nobody reads.
-// A shorter run (a young outbox whose first writers rolled back) is filled
-// as any gap is. Anything else returns w.
-func passOverPrefix(w, first, top int64, historical bool, pageSize int) int64 {
-	if w != 0 || !historical {
-		return w
+// without writing: up to just below the first present row, capped at Top,
+// when that run is longer than a page. First is read after the proof
+// passed: every sequence of the run is missing now and, proven, can never
+// be written (§3.3), whatever made it missing (writers that rolled back, a
+// prefix deleted by an earlier retention, a sequence started high), so
+// passing it over is as sound as filling it; refilling a long one would
+// write placeholders nobody reads. A shorter run (a young outbox whose
+// first writers rolled back) is filled as any gap is. Anything else
+// returns W.
+func passOverPrefix(p prefix) int64 {
+	if p.W != 0 || !p.Historical {
+		return p.W
 	}
-	end := top
-	if first > 0 {
-		end = min(end, first-1)
+	end := p.Top
+	if p.First > 0 {
+		end = min(end, p.First-1)
 	}
-	if end <= int64(pageSize) {
-		return w
+	if end <= int64(p.PageSize) {
+		return p.W
 	}
 	return end
 }

@@ -1,9 +1,12 @@
 package fill
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Unit tests of the pass's decisions with an injected clock; no database.
@@ -33,7 +36,7 @@ func TestPassOverPrefixOnlyALongProvenPrefixOfTheOutbox(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if w := passOverPrefix(c.w, c.first, c.top, c.historical, c.page); w != c.wantW {
+			if w := passOverPrefix(prefix{W: c.w, First: c.first, Top: c.top, Historical: c.historical, PageSize: c.page}); w != c.wantW {
 				t.Errorf("passOverPrefix(%d, %d, %d, %v, %d) = %d, want %d", c.w, c.first, c.top, c.historical, c.page, w, c.wantW)
 			}
 		})
@@ -54,13 +57,15 @@ func TestAdvanceStopsBelowTheFirstMissingSequence(t *testing.T) {
 		{10, []int64{12}, 10, []int64{12}},
 	}
 	for _, c := range cases {
-		w, rest := advance(c.w, c.page)
-		if w != c.wantW {
-			t.Errorf("advance(%d, %v): watermark = %d, want %d", c.w, c.page, w, c.wantW)
-		}
-		if !slices.Equal(rest, c.rest) {
-			t.Errorf("advance(%d, %v): rest = %v, want %v", c.w, c.page, rest, c.rest)
-		}
+		t.Run(fmt.Sprintf("%d then %v", c.w, c.page), func(t *testing.T) {
+			w, rest := advance(c.w, c.page)
+			if w != c.wantW {
+				t.Errorf("advance(%d, %v): watermark = %d, want %d", c.w, c.page, w, c.wantW)
+			}
+			if !slices.Equal(rest, c.rest) {
+				t.Errorf("advance(%d, %v): rest = %v, want %v", c.w, c.page, rest, c.rest)
+			}
+		})
 	}
 }
 
@@ -176,7 +181,7 @@ func TestGraceDueAfterTheFirstSightingExceptForHistoricalGaps(t *testing.T) {
 	if got := graceDue(c, 2*time.Second); !got.Equal(t0.Add(2 * time.Second)) {
 		t.Errorf("grace 2s: due %v, want first seen + 2s", got)
 	}
-	if got := graceDue(c, NoGrace); !got.Equal(t0) {
+	if got := graceDue(c, pass.Off); !got.Equal(t0) {
 		t.Errorf("no grace: due %v, want first seen", got)
 	}
 	c.Historical = true
@@ -282,31 +287,5 @@ func TestGapCursorSkipToPassesOverWithoutYielding(t *testing.T) {
 	g.skipTo(9)
 	if !g.done() {
 		t.Errorf("skipTo past top: pos %d, want done at top 5", g.pos)
-	}
-}
-
-func TestLeaseLastsFourTicksAndAtLeastASecond(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		tick, want time.Duration
-	}{
-		{DefaultTick, 2 * time.Second},
-		{time.Second, 4 * time.Second},
-		{50 * time.Millisecond, time.Second},
-	}
-	for _, c := range cases {
-		if got := leaseTTL(c.tick); got != c.want {
-			t.Errorf("leaseTTL(%s) = %s, want %s", c.tick, got, c.want)
-		}
-	}
-}
-
-func TestAckWindowIsATickAndAPollAtLeast(t *testing.T) {
-	t.Parallel()
-	if got, want := ackWindow(DefaultTick), DefaultTick+leasePoll; got != want {
-		t.Errorf("ackWindow(%s) = %s, want %s", DefaultTick, got, want)
-	}
-	if got, want := ackWindow(10*time.Millisecond), minAck+leasePoll; got != want {
-		t.Errorf("ackWindow(10ms) = %s, want %s: never under the floor", got, want)
 	}
 }

@@ -16,13 +16,11 @@
 package fill
 
 import (
-	"cmp"
-	"log/slog"
+	"encoding/json"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
-	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Defaults of Config, as the configuration table of docs/design.md lists
@@ -35,9 +33,6 @@ const (
 	DefaultTick       = 500 * time.Millisecond
 )
 
-// NoGrace as Config.Grace fills a stall as soon as its proof passes.
-const NoGrace time.Duration = -1
-
 // MaxBlockers caps blocked_by.
 const MaxBlockers = 5
 
@@ -48,7 +43,7 @@ type Config struct {
 	Schema string `env:"OUTBOX_SCHEMA"`
 	// Grace is how long a stall must last before its gap may be filled
 	// (FILL_GRACE, default 2s): most stalls are a writer that commits a
-	// moment late, and those must cost no writes. NoGrace for none.
+	// moment late, and those must cost no writes. pass.Off for none.
 	Grace time.Duration `env:"FILL_GRACE"`
 	// BatchLimit caps the placeholders one insert statement writes
 	// (FILL_BATCH_LIMIT, default 1000), keeping each statement short; a
@@ -70,120 +65,75 @@ type Config struct {
 	Tick time.Duration `env:"FILL_TICK"`
 }
 
-// WithDefaults fills in every zero field.
-func (c Config) WithDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
-	c.Grace = cmp.Or(c.Grace, DefaultGrace)
-	c.BatchLimit = cmp.Or(c.BatchLimit, DefaultBatchLimit)
-	c.PageSize = cmp.Or(c.PageSize, DefaultPageSize)
-	c.PassBudget = cmp.Or(c.PassBudget, DefaultPassBudget)
-	c.Tick = cmp.Or(c.Tick, DefaultTick)
-	return c
+// bounds is every numeric field's default and accepted values, once.
+var bounds = []pass.Bound{
+	pass.Dur("Grace", "FILL_GRACE", DefaultGrace, pass.AtLeast(0)).OrOff("no grace"),
+	pass.Int("BatchLimit", "FILL_BATCH_LIMIT", DefaultBatchLimit, pass.Ints(1, 100_000)),
+	pass.Int("PageSize", "FILL_PAGE_SIZE", DefaultPageSize, pass.Ints(1, 100_000)),
+	pass.PassBudget("FILL_PASS_BUDGET", DefaultPassBudget),
+	pass.Dur("Tick", "FILL_TICK", DefaultTick, pass.Durations(10*time.Millisecond, time.Minute)),
 }
 
-// Validate is the one check of a Config, on its defaults; its errors (a
-// *setting.Error) name the field, which shared/config turns into the
-// variable's name.
-func (c Config) Validate() error {
-	c = c.WithDefaults()
-	v := setting.Checker{Pass: "fill"}
-	_, err := store.ParseSchema(c.Schema)
-	v.Check(err == nil, "Schema", c.Schema, "must be a plain lower-case identifier, not pg_*")
-	v.Check(c.Grace >= 0 || c.Grace == NoGrace, "Grace", c.Grace, "must be at least 0")
-	v.Check(c.BatchLimit >= 1 && c.BatchLimit <= 100_000, "BatchLimit", c.BatchLimit, "must be between 1 and 100000")
-	v.Check(c.PageSize >= 1 && c.PageSize <= 100_000, "PageSize", c.PageSize, "must be between 1 and 100000")
-	v.Check(c.PassBudget >= 100*time.Millisecond && c.PassBudget <= setting.MaxPassBudget, "PassBudget", c.PassBudget, "must be between 100ms and 15m (Lambda's longest timeout)")
-	v.Check(c.Tick >= 10*time.Millisecond && c.Tick <= time.Minute, "Tick", c.Tick, "must be between 10ms and 1m")
-	return v.Err()
-}
-
-// The lease outlives its last renewal by LeaseTicks ticks (2s at the
-// default tick), and never by less than MinLeaseTTL, which a slow
-// statement on a loaded server may take. A holder renews it every third
-// of that while it works (at the default tick, every other tick), so only
-// a pass that crashed, or one stuck in a statement that long, lets it run
-// out; the next pass then takes over a few ticks later.
-const (
-	LeaseTicks  = 4
-	MinLeaseTTL = time.Second
-)
-
-// leaseTTL is the lease period for a tick.
-func leaseTTL(tick time.Duration) time.Duration {
-	return max(LeaseTicks*tick, MinLeaseTTL)
-}
+// Bounds, WithDefaults and Validate are the Config's one table of
+// defaults and accepted values, applied by the kit: a zero field means its
+// default, and Validate's error (a *setting.Error) names the field, which
+// shared/config turns into the variable's name.
+func (Config) Bounds() []pass.Bound   { return bounds }
+func (c Config) WithDefaults() Config { return pass.WithDefaults(c, bounds) }
+func (c Config) Validate() error      { return pass.Validate("fill", c, bounds) }
 
 // Options are the injectable parts of a Service.
 type Options struct {
-	// Now is the clock for grace and budget decisions; time.Now by default.
-	// The lease uses the database clock.
-	Now func() time.Time
-	// Logger receives the one line per pass; slog.Default() by default.
-	Logger *slog.Logger
-	// Metrics receives the EMF line per pass; metrics.New("fill") by default.
-	Metrics *metrics.Emitter
-	// LeaseTTL overrides the lease period (LeaseTicks ticks, at least
-	// MinLeaseTTL).
+	pass.Options
+	// LeaseTTL overrides the lease period (pass.LeaseTicks ticks, at least
+	// pass.MinLeaseTTL).
 	LeaseTTL time.Duration
 }
 
 // Service runs fill passes against one outbox schema.
 type Service struct {
-	db     store.DB
+	// Handler's Handle is the Lambda handler: one pass, one JSON log line,
+	// one EMF line, and the Result as the response; the input (a Scheduler
+	// Input, a scheduled-event envelope, `{}`) says nothing the pass
+	// needs. A database that failed for the whole budget is an error, so
+	// Lambda counts it; waiting, and a statement the budget ended, are not.
+	*pass.Handler[json.RawMessage, *Result, *Result]
+	kit    *pass.Kit
+	cfg    Config
 	events *store.Events
+	lease  *pass.Lease
 	state  stateSQL
-	lease  leaseSQL
 	proof  proofSQL
 	skips  *store.Skips
-	cfg    Config
-	opts   Options
 
 	// afterHeadRead runs between the head read and the marker assignment
 	// (§3.2); beforeInsert between a cycle's page read and its insert.
 	// Tests use them to act exactly there.
 	afterHeadRead func(head int64)
 	beforeInsert  func(seqs []int64)
-	// onLease runs at the steps of taking the lease (leaseEvent), with
-	// the pass's lease token: tests stop a successor exactly there.
-	onLease func(ev leaseEvent, owner string)
 }
-
-// leaseEvent is a step of a pass taking the lease, for Service.onLease.
-type leaseEvent int
-
-const (
-	leasePolling    leaseEvent = iota // before a waiting pass polls the lease again
-	leaseRegistered                   // a watching pass found the lease held and registered as successor
-	leaseTaken                        // the pass took the lease (free, expired, or handed to it)
-)
 
 // New applies the defaults, validates cfg and builds a Service. db is
 // normally the function's pool: every statement is its own transaction, so
 // consecutive statements may use different connections, and a dropped
 // connection is re-dialled.
-func New(db store.DB, cfg Config, opts Options) (*Service, error) {
-	if db == nil {
-		return nil, &setting.Error{Pass: "fill", Field: "db", Value: nil, Reason: "must not be nil"}
-	}
-	if err := cfg.Validate(); err != nil {
+func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
+	kit, cfg, err := pass.Configure("fill", db, cfg, opts.Options)
+	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.WithDefaults()
 	schema := store.MustSchema(cfg.Schema)
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	opts.Logger = cmp.Or(opts.Logger, slog.Default())
-	opts.Metrics = cmp.Or(opts.Metrics, metrics.New("fill"))
-	opts.LeaseTTL = cmp.Or(opts.LeaseTTL, leaseTTL(cfg.Tick))
-	return &Service{
-		db:     db,
+	lease := pass.NewLease(pass.LeaseSpec{Schema: cfg.Schema, Name: LeaseName, Probe: "{{schema}}.allocation_head()",
+		Tick: cfg.Tick, TTL: opts.LeaseTTL})
+	s := &Service{
+		kit:    kit,
+		cfg:    cfg,
 		events: store.NewEvents(schema),
-		state:  newStateSQL(schema),
-		lease:  newLeaseSQL(schema),
+		lease:  lease,
+		state:  newStateSQL(lease, cfg.Schema),
 		proof:  newProofSQL(),
 		skips:  store.NewSkips(schema),
-		cfg:    cfg,
-		opts:   opts,
-	}, nil
+	}
+	s.Handler = pass.Scheduled("fill", &kit.Options, s.RunOnce)
+	return s, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // A hand-over never leaves the outbox unwatched: the successor is a real
@@ -59,7 +60,7 @@ func (b *burner) finish(t *testing.T) []gap {
 // successor died: the grace and a tick, the holder's wait for the
 // successor's first renewal, and a second for the statements.
 func handOverBound(cfg Config) time.Duration {
-	return latencyBound(cfg) + ackWindow(cfg.Tick)
+	return latencyBound(cfg) + pass.AckWindow(cfg.Tick)
 }
 
 func TestHandOverSurvivesASuccessorKilledAtEachStep(t *testing.T) {
@@ -127,7 +128,7 @@ func TestKilledHoldersLeaseIsTakenOverWithinAFewTicks(t *testing.T) {
 	cfg.Tick, cfg.PassBudget = DefaultTick, 8*time.Second
 	// The documented lease at the default tick: a few ticks, not the
 	// pass's own computation of it.
-	ttl := LeaseTicks * cfg.Tick
+	ttl := pass.LeaseTicks * cfg.Tick
 
 	holder := startPassProcess(t, helperSpec{URL: db.URL, Tick: cfg.Tick, Grace: cfg.Grace, Budget: 20 * time.Second})
 	holder.awaitStep(t, "taken")
@@ -141,8 +142,8 @@ func TestKilledHoldersLeaseIsTakenOverWithinAFewTicks(t *testing.T) {
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
 	// The lease lasts ttl after the holder's last renewal, which was at
 	// most a third of it before the kill; a poll to notice.
-	if limit := ttl + leasePoll + cfg.Tick; time.Duration(res.LeaseWaitMS)*time.Millisecond > limit {
-		t.Errorf("the next pass waited %d ms for the dead holder's lease, want within %s (%d ticks and a poll)", res.LeaseWaitMS, limit, LeaseTicks+1)
+	if limit := ttl + pass.LeasePoll + cfg.Tick; time.Duration(res.LeaseWaitMS)*time.Millisecond > limit {
+		t.Errorf("the next pass waited %d ms for the dead holder's lease, want within %s (%d ticks and a poll)", res.LeaseWaitMS, limit, pass.LeaseTicks+1)
 	}
 	if res.Filled != 1 {
 		t.Errorf("Filled = %d, want the gap at %d made after the kill; %v", res.Filled, g.seq, res)

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Test helpers: real PostgreSQL (a fresh database per test), writers played
@@ -37,7 +38,7 @@ func testConfig() Config {
 		Bounded: true, Tick: 50 * time.Millisecond}
 }
 
-func newService(t testing.TB, q store.DB, cfg Config, opts Options) *Service {
+func newService(t testing.TB, q pass.DB, cfg Config, opts Options) *Service {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
@@ -63,18 +64,11 @@ func runPass(t testing.TB, s *Service) *Result {
 	t.Helper()
 	ctx, cancel := passContext()
 	defer cancel()
-	res, err := s.RunOnce(ctx)
+	res, err := s.RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("pass: %v (result %+v)", err, res)
 	}
 	return res
-}
-
-func exec(t testing.TB, q store.Querier, sql string, args ...any) {
-	t.Helper()
-	if _, err := q.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 // commit publishes n events in one committed transaction and returns the
@@ -299,11 +293,11 @@ func show[T any](p *T) string {
 	return fmt.Sprint(*p)
 }
 
-// recorder is a store.DB that records every statement's SQL, in order.
+// recorder is a pass.DB that records every statement's SQL, in order.
 // The fill sends each statement in a batch behind its timeout (see
 // store.Bounded); the recorder notes the statement, not the timeout.
 type recorder struct {
-	Q   store.DB
+	Q   pass.DB
 	mu  sync.Mutex
 	sql []string
 }
@@ -355,6 +349,18 @@ func (r *recorder) reset() {
 	r.mu.Unlock()
 }
 
+// inserts counts the placeholder inserts: every INSERT but the lease's
+// upsert.
+func (r *recorder) inserts() int {
+	n := 0
+	for _, q := range r.statements() {
+		if strings.Contains(q, "INSERT INTO") && !strings.Contains(q, ".leases") {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *recorder) count(substr string) int {
 	n := 0
 	for _, q := range r.statements() {
@@ -377,7 +383,7 @@ func runPassInBackground(t testing.TB, s *Service) (await func() *Result) {
 	go func() {
 		ctx, cancel := passContext()
 		defer cancel()
-		res, err := s.RunOnce(ctx)
+		res, err := s.RunOnce(ctx, nil)
 		done <- outcome{res, err}
 	}()
 	return func() *Result {
@@ -390,8 +396,8 @@ func runPassInBackground(t testing.TB, s *Service) (await func() *Result) {
 	}
 }
 
-// Points a pass running beside a test reaches, as fill_state shows them:
-// conditions for startPassUntil and waitForState.
+// Points a pass running beside a test reaches, as fill_state and the
+// fill's lease show them: conditions for startPassUntil and waitForState.
 const (
 	// sawStall: the pass recorded the stall and waits out its grace.
 	sawStall = `cycle_first_seen_at IS NOT NULL`
@@ -413,13 +419,14 @@ func startPassUntil(t testing.TB, db *testdb.DB, s *Service, cond string) (await
 }
 
 // waitForState polls fill_state until cond (an SQL boolean over its
-// columns) holds, so a test acts at a known point of a pass running beside
-// it instead of after a guessed sleep. Safe to call from any goroutine.
+// columns and the lease's, as lease_owner and lease_expires_at) holds, so
+// a test acts at a known point of a pass running beside it instead of
+// after a guessed sleep. Safe to call from any goroutine.
 func waitForState(db *testdb.DB, cond string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var ok bool
-		if err := db.Pool.QueryRow(context.Background(), `SELECT coalesce(bool_or(`+cond+`), false) FROM outbox.fill_state`).Scan(&ok); err != nil {
+		if err := db.Pool.QueryRow(context.Background(), `SELECT coalesce(bool_or(`+cond+`), false) FROM outbox.fill_state`+withLease).Scan(&ok); err != nil {
 			return fmt.Errorf("fill_state %s: %w", cond, err)
 		}
 		if ok {
@@ -440,12 +447,19 @@ func awaitState(t testing.TB, db *testdb.DB, cond string) {
 	}
 }
 
-// leaseOwner is fill_state's lease_owner: nil when no pass holds the lease.
+// withLease joins the fill's lease to fill_state, its columns named as
+// fill_state's own were before the leases table.
+const withLease = ` LEFT JOIN (SELECT owner AS lease_owner, expires_at AS lease_expires_at
+	FROM outbox.leases WHERE name = 'fill') AS lease ON true`
+
+// leaseOwner is the fill lease's owner: nil when no pass holds the lease.
 func leaseOwner(t testing.TB, db *testdb.DB) *string {
 	t.Helper()
 	var owner *string
-	if err := db.Pool.QueryRow(context.Background(), `SELECT lease_owner FROM outbox.fill_state`).Scan(&owner); err != nil {
+	if err := db.Pool.QueryRow(context.Background(), `SELECT lease_owner FROM outbox.fill_state`+withLease).Scan(&owner); err != nil {
 		t.Fatal(err)
 	}
 	return owner
 }
+
+var _ store.Querier = (*recorder)(nil)

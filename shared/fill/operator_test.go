@@ -9,6 +9,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Operator placeholders (`outboxkeeper skip-stall`, filled_by 'operator')
@@ -72,7 +73,7 @@ func TestSkipEndsABlockedCycle(t *testing.T) {
 	top := commit(t, db, 1)
 
 	cfg := testConfig()
-	cfg.Grace = NoGrace
+	cfg.Grace = pass.Off
 	cfg.PassBudget = 500 * time.Millisecond
 	blocked := runPass(t, newService(t, db.Pool, cfg, Options{}))
 	wantWaiting(t, blocked, WaitingProof)

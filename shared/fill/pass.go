@@ -2,48 +2,15 @@ package fill
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
-
-// finishAllowance is how long after the budget's end the last statements
-// (the blockers' names, the state, the lease) may take. budget.Margin
-// keeps 2s before Lambda's deadline, so they, the log line and the metrics
-// all land before it.
-const finishAllowance = time.Second
-
-// leasePoll is how often a waiting successor looks at the lease, and how
-// often a holder that handed it over looks for the successor's first
-// renewal: the holder hands over at its next tick, so waiting costs at
-// most a tick and a poll.
-const leasePoll = 100 * time.Millisecond
-
-// successorTTL is how long one registration as successor lasts; the
-// waiter refreshes it every poll, so a waiter that died is ignored after
-// half a second.
-const successorTTL = 5 * leasePoll
-
-// ackWindow is how long a holder that handed its lease over waits for the
-// successor's first renewal before it takes the lease back: the successor
-// sees the hand-over within a poll and renews at the end of its first
-// step (a tick's statements); never under minAck, which a loaded
-// database or a pooler may take for those few statements.
-func ackWindow(tick time.Duration) time.Duration {
-	return max(tick, minAck) + leasePoll
-}
-
-const minAck = 300 * time.Millisecond
-
-// lastTry is how often the last statement (the state and the lease given
-// back) is sent again after a transient error, within the finish
-// allowance.
-const lastTry = 100 * time.Millisecond
 
 // outcome is where a step left the pass.
 type outcome int
@@ -57,146 +24,81 @@ const (
 	leaseGone                // another pass owns the lease now
 )
 
-// pass is one invocation's working state.
-type pass struct {
-	s       *Service
-	bounded *store.Bounded
-	q       *store.Counting
-	owner   string
-	start   time.Time
-	end     time.Time // the budget's end: every statement of the work ends by it
-	hardEnd time.Time // the last statements end by this
-	res     *Result
+// invocation is one pass's working state.
+type invocation struct {
+	s    *Service
+	run  *pass.Run
+	hold *pass.Holding
+	res  *Result
 
-	held bool
-	// leaseUnknown: the last statement that takes the lease was lost with
-	// its connection, so the pass may hold it without knowing.
-	leaseUnknown bool
-	// ackOwed: the lease was handed to this pass, and its predecessor
-	// watches for its first renewal, which is therefore due at once.
-	ackOwed bool
-	st      State
-	head    int64
+	st State
+	// saved is the watermark as last written: a checkpoint with nothing
+	// to save (not dirty, the watermark where it was) renews the lease
+	// alone, one row, which is every renewal of an idle watching pass.
+	saved int64
+	head  int64
 	// dirty: the cycle or the proof changed, which a checkpoint writes at
 	// once (a hand-over or a crash must not lose a stall's first sighting
 	// or a blocked proof). A watermark that only moved on waits for the
 	// next lease renewal: one statement per tick fewer while writers are
 	// busy, and the finish writes it anyway.
-	dirty     bool
-	renewed   time.Time // the last lease renewal, on the pass's clock
-	successor bool      // a successor waits: hand over and end
-	graceDue  time.Time // when the grace of the stall in hand ends
-	blocked   *uint64   // the marker whose proof was last seen blocked
-	heads     headLog   // when the head was seen reaching which sequence
+	dirty    bool
+	graceDue time.Time // when the grace of the stall in hand ends
+	blocked  *uint64   // the marker whose proof was last seen blocked
+	heads    headLog   // when the head was seen reaching which sequence
 }
 
-// RunOnce runs one pass. Waiting (grace, proof, lease, budget) is a normal
-// outcome, and so is a statement that ran out of the budget (it is named in
-// TimedOut); an error means the database failed for the rest of the budget,
-// or ctx ended. The persisted state is always one a later pass continues
-// from.
-func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
-	start := s.opts.Now()
-	end := start.Add(budget.For(ctx, s.cfg.PassBudget, start))
-	b := &store.Bounded{DB: s.db, Deadline: end, Now: s.opts.Now}
-	p := &pass{
-		s:       s,
-		bounded: b,
-		q:       &store.Counting{Q: b},
-		owner:   newOwner(),
-		start:   start,
-		end:     end,
-		hardEnd: end.Add(finishAllowance),
-		res:     &Result{BlockedBy: []Blocker{}},
-	}
-	err := p.run(ctx)
+// RunOnce runs one pass; the input says nothing the pass needs. Waiting
+// (grace, proof, lease, budget) is a normal outcome, and so is a statement
+// that ran out of the budget (it is named in TimedOut); an error means the
+// database failed for the rest of the budget, or ctx ended. The persisted
+// state is always one a later pass continues from.
+func (s *Service) RunOnce(ctx context.Context, _ json.RawMessage) (*Result, error) {
+	run := s.kit.Begin(ctx)
+	p := &invocation{s: s, run: run, hold: s.lease.Hold(run), res: &Result{BlockedBy: []Blocker{}}}
+	// Transient database errors (a dropped connection, a restart, a
+	// failover) are retried every tick while the budget lasts: the
+	// persisted state is the checkpoint, and the pool dials afresh.
+	err := run.Retry(ctx, pass.RetryPolicy{Every: s.cfg.Tick, Attempts: pass.Unlimited, OnRetry: func(err error) {
+		s.kit.Warn(ctx, "retrying after a transient database error", slog.String("error", err.Error()))
+	}}, p.attempt)
 	return p.res, p.close(ctx, err)
 }
 
-// run takes the lease and works, retrying transient database errors
-// (a dropped connection, a restart, a failover) while the budget lasts:
-// the persisted state is the checkpoint, and the pool dials afresh.
-func (p *pass) run(ctx context.Context) error {
-	for {
-		err := p.attempt(ctx)
-		if err == nil || !store.Transient(err) || ctx.Err() != nil {
-			return err
-		}
-		if !p.pause(ctx, p.s.cfg.Tick) {
-			return err
-		}
-		p.res.Retries++
-		p.s.opts.Logger.WarnContext(ctx, "fill: retrying after a transient database error", slog.String("error", err.Error()))
-	}
-}
-
-// attempt takes the lease and works. A watching pass that loses its lease
-// (taken back by a predecessor that missed its first renewal, or taken
-// over while a statement of its was blocked past the lease) waits to be
-// handed it again, so it still watches if the other pass ends.
-func (p *pass) attempt(ctx context.Context) error {
-	for {
-		if err := p.acquire(ctx); err != nil || !p.held {
-			return err
-		}
-		err := p.work(ctx)
-		if !errors.Is(err, errLeaseLost) {
-			return err
-		}
-		p.held, p.ackOwed = false, false
-		p.res.wait(WaitingLease)
-		if p.s.cfg.Bounded || !p.pause(ctx, leasePoll) {
-			return nil
-		}
-	}
-}
-
-// acquire takes the lease, or — a watching pass — waits to be handed it
-// while its budget lasts. Either way it loads the state.
-func (p *pass) acquire(ctx context.Context) error {
+// attempt takes the lease and works while it holds it.
+func (p *invocation) attempt(ctx context.Context) error {
 	watch := !p.s.cfg.Bounded
-	since, waited := p.s.opts.Now(), p.res.LeaseWaitMS
-	for polls := 0; ; polls++ {
-		if polls > 0 {
-			p.res.LeaseWaitMS = waited + p.s.opts.Now().Sub(since).Milliseconds()
-			if hook := p.s.onLease; hook != nil {
-				hook(leasePolling, p.owner)
-			}
-		}
-		st, took, handed, err := p.s.lease.acquireLease(ctx, p.q, p.owner, p.s.opts.LeaseTTL, watch, successorTTL)
-		if p.leaseUnknown = outcomeUnknown(err); err != nil {
-			return err
-		}
-		p.st = st
-		if took {
-			p.held, p.dirty, p.renewed, p.ackOwed = true, false, p.s.opts.Now(), handed
-			p.res.Waiting = nil
-			if hook := p.s.onLease; hook != nil {
-				hook(leaseTaken, p.owner)
-			}
-			return nil
-		}
-		if hook := p.s.onLease; hook != nil && watch {
-			hook(leaseRegistered, p.owner)
-		}
+	err := p.hold.Keep(ctx, watch, p.acquire, p.work)
+	if p.hold.Waiting {
 		p.res.wait(WaitingLease)
-		if !watch || !p.pause(ctx, leasePoll) {
-			// One working pass per schema; a bounded pass returns at once.
-			return nil
-		}
 	}
+	return err
+}
+
+// acquire takes the lease, or (a watching pass) waits to be handed it
+// while its budget lasts. Either way it loads the state.
+func (p *invocation) acquire(ctx context.Context) error {
+	err := p.hold.Acquire(ctx, pass.AcquireParams{Watch: !p.s.cfg.Bounded, Ride: p.s.state.load, Read: loadInto(&p.st)})
+	p.res.LeaseWaitMS = p.hold.WaitMS
+	switch {
+	case p.hold.Held:
+		p.dirty, p.saved, p.res.Waiting = false, p.st.Watermark, nil
+	case p.hold.Waiting:
+		p.res.wait(WaitingLease)
+	}
+	return err
 }
 
 // work runs steps until the budget ends, a successor takes over, or (a
 // bounded pass) there is nothing left to do now.
-func (p *pass) work(ctx context.Context) error {
+func (p *invocation) work(ctx context.Context) error {
 	for {
 		out, err := p.step(ctx)
 		if err != nil {
 			return err
 		}
 		if out == leaseGone {
-			return errLeaseLost
+			return pass.ErrLeaseLost
 		}
 		if out == caughtUp && p.s.cfg.Bounded {
 			p.res.Waiting = nil
@@ -211,7 +113,7 @@ func (p *pass) work(ctx context.Context) error {
 			p.res.wait(waiting)
 		}
 		switch {
-		case p.successor:
+		case p.hold.Successor:
 			// The next invocation is here: it carries on from the state
 			// the hand-over writes, within a poll.
 			if done, err := p.handOver(ctx); err != nil || done {
@@ -223,7 +125,7 @@ func (p *pass) work(ctx context.Context) error {
 		case wait == 0:
 			continue
 		}
-		if !p.pause(ctx, wait) {
+		if !p.run.Pause(ctx, wait) {
 			return ctx.Err()
 		}
 	}
@@ -232,24 +134,24 @@ func (p *pass) work(ctx context.Context) error {
 // next is what the pass does after a step: how long to wait before the
 // next one (0: at once; negative: end the pass), and what it is waiting
 // for meanwhile.
-func (p *pass) next(out outcome) (time.Duration, string) {
+func (p *invocation) next(out outcome) (time.Duration, string) {
 	tick := p.s.cfg.Tick
 	switch out {
 	case progress:
-		if !p.timeLeft() {
+		if !p.run.TimeLeft() {
 			return -1, WaitingBudget
 		}
 		return 0, ""
 	case outOfTime:
 		return -1, WaitingBudget
 	case inGrace:
-		if p.s.cfg.Bounded && !p.graceDue.Before(p.end) {
+		if p.s.cfg.Bounded && !p.graceDue.Before(p.run.End) {
 			// Not due within the budget: a later pass fills it.
 			return -1, WaitingGrace
 		}
 		// Waited out in short steps, re-reading each time: a late commit
 		// ends the stall early, at no write.
-		return min(tick, max(p.graceDue.Sub(p.s.opts.Now()), time.Millisecond)), WaitingGrace
+		return min(tick, max(p.graceDue.Sub(p.s.kit.Now()), time.Millisecond)), WaitingGrace
 	case inProof:
 		return tick, WaitingProof
 	}
@@ -258,7 +160,7 @@ func (p *pass) next(out outcome) (time.Duration, string) {
 
 // step is one look: the head, the watermark over whatever is present, and
 // the cycle of the stall it stops at.
-func (p *pass) step(ctx context.Context) (outcome, error) {
+func (p *invocation) step(ctx context.Context) (outcome, error) {
 	if o, held, err := p.readHead(ctx); err != nil || !held {
 		return o, err
 	}
@@ -272,7 +174,7 @@ func (p *pass) step(ctx context.Context) (outcome, error) {
 	}
 
 	// w+1 is allocated (at or below the head) and missing: a stall.
-	now := p.s.opts.Now()
+	now := p.s.kit.Now()
 	if c, fresh := decideCycle(p.st.Cycle, w, p.st.HistoricalHead, p.heads.since(w+1, now)); fresh {
 		p.setCycle(&c)
 	}
@@ -288,9 +190,9 @@ func (p *pass) step(ctx context.Context) (outcome, error) {
 	if o, proven, err := p.prove(ctx, c, now); err != nil || !proven {
 		return o, err
 	}
-	began := p.s.opts.Now()
+	began := p.s.kit.Now()
 	done, err := p.fillCycle(ctx)
-	p.res.FillMS += p.s.opts.Now().Sub(began).Milliseconds()
+	p.res.FillMS += p.s.kit.Now().Sub(began).Milliseconds()
 	if err != nil || !done {
 		return outOfTime, err
 	}
@@ -302,18 +204,14 @@ func (p *pass) step(ctx context.Context) (outcome, error) {
 // readHead polls the lease and the head (one statement), records the head
 // for dating stalls, and starts a table the fill has never started on.
 // held is false when the step ends here: the lease went to a successor.
-func (p *pass) readHead(ctx context.Context) (o outcome, held bool, err error) {
+func (p *invocation) readHead(ctx context.Context) (o outcome, held bool, err error) {
 	p.res.Ticks++
-	tick, err := p.s.lease.pollTick(ctx, p.q, p.owner)
-	if err != nil {
-		return 0, false, err
+	var head int64
+	if held, err := p.hold.Poll(ctx, &head); err != nil || !held {
+		return leaseGone, false, err
 	}
-	if !tick.Held {
-		return leaseGone, false, nil
-	}
-	p.successor = tick.Successor
-	p.head, p.res.headRead = tick.Head, true
-	p.heads.add(p.s.opts.Now(), p.head, max(p.s.cfg.Grace, 0)+p.s.cfg.Tick)
+	p.head, p.res.headRead = head, true
+	p.heads.add(p.s.kit.Now(), p.head, max(p.s.cfg.Grace, 0)+p.s.cfg.Tick)
 	if !p.st.Started {
 		// The anchor is 0, which passes nothing: whatever is missing below
 		// the lowest present row may belong to a writer still running, so
@@ -331,14 +229,14 @@ func (p *pass) readHead(ctx context.Context) (o outcome, held bool, err error) {
 // sequence up to its marker head is abandoned and the cycle may fill;
 // otherwise o says why not. A marker from another cluster is dropped, to
 // be retaken at the next step; a blocked proof dates its blockage once.
-func (p *pass) prove(ctx context.Context, c *Cycle, now time.Time) (o outcome, proven bool, err error) {
-	proof, err := p.s.proof.checkProof(ctx, p.q, *c.Marker)
+func (p *invocation) prove(ctx context.Context, c *Cycle, now time.Time) (o outcome, proven bool, err error) {
+	proof, err := p.s.proof.checkProof(ctx, p.run.Q, *c.Marker)
 	if err != nil {
 		return 0, false, err
 	}
 	switch proof {
 	case proofForeign:
-		p.s.opts.Logger.WarnContext(ctx, "fill: the persisted marker is not this cluster's (restored state, logical replication or a blue/green switch-over): discarding it and taking a fresh one",
+		p.s.kit.Warn(ctx, "the persisted marker is not this cluster's (restored state, logical replication or a blue/green switch-over): discarding it and taking a fresh one",
 			slog.Uint64("marker", *c.Marker), slog.Int64("marker_head", c.MarkerHead))
 		p.res.ForeignMarkers++
 		c.Marker, c.MarkerHead = nil, 0
@@ -361,9 +259,9 @@ func (p *pass) prove(ctx context.Context, c *Cycle, now time.Time) (o outcome, p
 // advance moves the watermark over contiguous present rows, a page at a
 // time, up to the first missing sequence or the head. more is true when
 // the budget ended first.
-func (p *pass) advance(ctx context.Context) (more bool, err error) {
+func (p *invocation) advance(ctx context.Context) (more bool, err error) {
 	for p.st.Watermark < p.head {
-		page, err := p.s.events.PresentAfter(ctx, p.q, p.st.Watermark, p.s.cfg.PageSize)
+		page, err := p.s.events.PresentAfter(ctx, p.run.Q, p.st.Watermark, p.s.cfg.PageSize)
 		if err != nil {
 			return false, err
 		}
@@ -372,7 +270,7 @@ func (p *pass) advance(ctx context.Context) (more bool, err error) {
 		if len(rest) > 0 || len(page) < p.s.cfg.PageSize {
 			return false, nil
 		}
-		if !p.timeLeft() {
+		if !p.run.TimeLeft() {
 			return true, nil
 		}
 		// A long backlog keeps the lease (and acknowledges a hand-over)
@@ -389,12 +287,12 @@ func (p *pass) advance(ctx context.Context) (more bool, err error) {
 // takeMarker pairs a head read with a marker assigned in a later statement
 // (§3.2): every sequence at or below that head was allocated by a writer
 // that already had its xid (§3.1), so its xid is older than the marker.
-func (p *pass) takeMarker(ctx context.Context) error {
+func (p *invocation) takeMarker(ctx context.Context) error {
 	c := p.st.Cycle
 	h := markerHead(*c, p.st.HistoricalHead, p.head)
 	if !c.Historical {
 		var err error
-		if h, err = p.s.events.Head(ctx, p.q); err != nil {
+		if h, err = p.s.events.Head(ctx, p.run.Q); err != nil {
 			return err
 		}
 		p.head = max(p.head, h)
@@ -402,13 +300,12 @@ func (p *pass) takeMarker(ctx context.Context) error {
 	if hook := p.s.afterHeadRead; hook != nil {
 		hook(h)
 	}
-	m, err := p.s.state.assignMarker(ctx, p.q, p.owner, *c, h, p.s.opts.LeaseTTL)
-	if err != nil {
-		return err
+	var m uint64
+	if err := p.hold.Renew(ctx, p.s.state.marker, markerArgs(*c, h), scanned(&m)); err != nil {
+		return wrapUnlessLost("take abandonment marker", err)
 	}
 	c.Marker, c.MarkerHead = &m, h
 	p.st.ProofBlockedSince = nil
-	p.renewed, p.ackOwed = p.s.opts.Now(), false
 	p.res.MarkersTaken++
 	return nil
 }
@@ -421,17 +318,17 @@ func (p *pass) takeMarker(ctx context.Context) error {
 // checkpoint) is where the next pass resumes, with the same marker.
 // Never above the head read this pass (§3.5), and every insert is ON
 // CONFLICT DO NOTHING.
-func (p *pass) fillCycle(ctx context.Context) (bool, error) {
+func (p *invocation) fillCycle(ctx context.Context) (bool, error) {
 	c := p.st.Cycle
 	g := newGapCursor(p.st.Watermark, min(c.MarkerHead, p.head))
 	limit := p.s.cfg.BatchLimit
 	pending := make([]int64, 0, limit)
 	for {
 		if g.needPage() {
-			if !p.timeLeft() {
+			if !p.run.TimeLeft() {
 				return false, nil
 			}
-			page, err := p.s.events.PresentAfter(ctx, p.q, g.pos, p.s.cfg.PageSize)
+			page, err := p.s.events.PresentAfter(ctx, p.run.Q, g.pos, p.s.cfg.PageSize)
 			if err != nil {
 				return false, err
 			}
@@ -442,7 +339,7 @@ func (p *pass) fillCycle(ctx context.Context) (bool, error) {
 			if len(page) > 0 {
 				first = page[0]
 			}
-			if to := passOverPrefix(g.pos, first, g.top, c.Historical, p.s.cfg.PageSize); to > g.pos {
+			if to := passOverPrefix(prefix{W: g.pos, First: first, Top: g.top, Historical: c.Historical, PageSize: p.s.cfg.PageSize}); to > g.pos {
 				g.skipTo(to)
 				p.setWatermark(g.pos)
 				p.res.PassedOver += g.pos
@@ -452,13 +349,13 @@ func (p *pass) fillCycle(ctx context.Context) (bool, error) {
 		pending = append(pending, g.next(limit-len(pending))...)
 		switch {
 		case len(pending) == limit || g.done() && len(pending) > 0:
-			if !p.timeLeft() {
+			if !p.run.TimeLeft() {
 				return false, nil
 			}
 			if hook := p.s.beforeInsert; hook != nil {
 				hook(pending)
 			}
-			wrote, err := p.s.events.InsertMissing(ctx, p.q, pending, store.FilledByFill)
+			wrote, err := p.s.events.InsertMissing(ctx, p.run.Q, pending, store.FilledByFill)
 			if err != nil {
 				return false, err
 			}
@@ -481,7 +378,7 @@ func (p *pass) fillCycle(ctx context.Context) (bool, error) {
 	}
 }
 
-func (p *pass) recordFilled(wrote store.Written) {
+func (p *invocation) recordFilled(wrote store.Written) {
 	if wrote.N == 0 {
 		return
 	}
@@ -496,13 +393,13 @@ func (p *pass) recordFilled(wrote store.Written) {
 	}
 }
 
-func (p *pass) setWatermark(w int64) {
+func (p *invocation) setWatermark(w int64) {
 	if w > p.st.Watermark {
 		p.st.Watermark = w
 	}
 }
 
-func (p *pass) setCycle(c *Cycle) {
+func (p *invocation) setCycle(c *Cycle) {
 	if c == nil && p.st.Cycle == nil {
 		return
 	}
@@ -511,186 +408,83 @@ func (p *pass) setCycle(c *Cycle) {
 
 // maybeCheckpoint saves the state when it changed, and renews the lease a
 // few times per lease period however quiet the pass is.
-func (p *pass) maybeCheckpoint(ctx context.Context) error {
-	if !p.dirty && !p.renewDue() {
+func (p *invocation) maybeCheckpoint(ctx context.Context) error {
+	if !p.dirty && !p.hold.RenewDue() {
 		return nil
 	}
 	return p.checkpoint(ctx)
 }
 
-// renewDue: a third of the lease period has passed since it was renewed,
-// or a predecessor waits for the first renewal.
-func (p *pass) renewDue() bool {
-	return p.ackOwed || p.s.opts.Now().Sub(p.renewed) >= p.s.opts.LeaseTTL/3
-}
+// renewDue: the lease wants renewing (pass.Holding.RenewDue).
+func (p *invocation) renewDue() bool { return p.hold.RenewDue() }
 
-// checkpoint saves the state and renews the lease.
-func (p *pass) checkpoint(ctx context.Context) error {
-	w, successor, err := p.s.state.checkpointState(ctx, p.q, p.owner, p.st, p.s.opts.LeaseTTL)
-	if err != nil {
-		return err
+// checkpoint saves the state and renews the lease, and learns whether a
+// successor waits.
+func (p *invocation) checkpoint(ctx context.Context) error {
+	if !p.dirty && p.st.Watermark == p.saved {
+		return wrapUnlessLost("renew the lease", p.hold.Renew(ctx, p.s.state.renew, nil, nil))
 	}
+	var w int64
+	if err := p.hold.Renew(ctx, p.s.state.checkpoint, stateArgs(p.st), scanned(&w)); err != nil {
+		return wrapUnlessLost("save fill state", err)
+	}
+	// GREATEST keeps a late save from moving the stored watermark back.
 	p.st.Watermark = max(p.st.Watermark, w)
-	p.successor = p.successor || successor
-	p.dirty, p.renewed, p.ackOwed = false, p.s.opts.Now(), false
+	p.dirty, p.saved = false, p.st.Watermark
 	return nil
 }
 
-// handOver gives the lease to the waiting successor with the state, then
-// watches, read-only, until the successor acts as owner (its first
-// renewal): done is true then, or when the budget ends first. A
-// successor that never renews (it died after registering, after being
-// handed the lease, or before its first renewal) has the lease taken back
-// after ackWindow, and the pass carries on as before (done false).
-func (p *pass) handOver(ctx context.Context) (done bool, err error) {
-	p.successor = false
-	handed, err := p.s.lease.handOverLease(ctx, p.q, p.owner, p.st, p.s.opts.LeaseTTL)
-	if err != nil {
-		return false, err
+// wrapUnlessLost says what failed, leaving pass.ErrLeaseLost as it is for
+// the watching loop to match.
+func wrapUnlessLost(what string, err error) error {
+	if err == nil || errors.Is(err, pass.ErrLeaseLost) {
+		return err
 	}
-	p.dirty, p.renewed = false, p.s.opts.Now()
-	if !handed {
-		return false, nil // the registration lapsed since the tick
-	}
-	p.held, p.res.HandedOver = false, true
-	ack := ackWindow(p.s.cfg.Tick)
-	for {
-		if !p.pause(ctx, leasePoll) {
-			// The budget ends first: the successor has the lease, and if
-			// it died, the lease expires on its own.
-			return true, ctx.Err()
-		}
-		w, err := p.s.lease.handOverState(ctx, p.q, p.owner, ack)
-		switch {
-		case err != nil && store.Transient(err) && ctx.Err() == nil:
-			// Still watching: the next poll reads again.
-			p.res.Retries++
-			continue
-		case err != nil:
-			return true, err
-		case w.Owned:
-			// A take-back whose answer was lost with its connection.
-		case !w.Pending:
-			return true, nil
-		case !w.Due:
-			continue
-		default:
-			ok, err := p.s.lease.takeLeaseBack(ctx, p.q, p.owner, p.s.opts.LeaseTTL)
-			p.leaseUnknown = outcomeUnknown(err)
-			if err != nil && store.Transient(err) && ctx.Err() == nil {
-				p.res.Retries++
-				continue
-			}
-			if err != nil || !ok {
-				return true, err // !ok: it renewed just now
-			}
-		}
-		// The state is the one the hand-over wrote: a successor that
-		// wrote anything had renewed.
-		p.leaseUnknown = false
-		p.s.opts.Logger.WarnContext(ctx, "fill: the successor never acted as owner: took the lease back",
-			slog.Duration("waited", ack))
-		p.held, p.renewed, p.res.HandedOver = true, p.s.opts.Now(), false
-		p.res.TakenBack++
-		return false, nil
-	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
-// timeLeft says another statement may start.
-func (p *pass) timeLeft() bool { return p.s.opts.Now().Before(p.end) }
-
-// stepReserve is kept back from the budget's end after a pause: a step's
-// statements take a few milliseconds (more through a pooler), and a step
-// begun with less left would end on a statement it had no time to send.
-const stepReserve = 50 * time.Millisecond
-
-// pause sleeps d, and says false instead when d would reach the budget's
-// end: the pass then ends with what it has, rather than wake to send a
-// statement with no time left.
-func (p *pass) pause(ctx context.Context, d time.Duration) bool {
-	if !p.s.opts.Now().Add(d + stepReserve).Before(p.end) {
-		return false
+// handOver gives the lease to the waiting successor with the state, then
+// watches until the successor acts as owner (pass.Holding.HandOver): done
+// is true then, or when the budget ends first; false when the pass took
+// the lease back from a successor that never renewed, and carries on.
+func (p *invocation) handOver(ctx context.Context) (done bool, err error) {
+	done, err = p.hold.HandOver(ctx, p.s.state.handOver, stateArgs(p.st), scanned(nil))
+	if err == nil || done {
+		p.dirty, p.saved = false, p.st.Watermark
 	}
-	return budget.Sleep(ctx, d) == nil
+	p.res.HandedOver, p.res.TakenBack = p.hold.HandedOver, p.hold.TakenBack
+	return done, err
 }
 
 // close ends the pass: the blockers' names when the proof is blocked, the
 // state and the lease (released), and the result. A statement the budget
 // ended is a normal end, named in TimedOut. The lease is given back on
-// every way out, errors included: with the state when the pass holds it,
-// bare when it may hold it without knowing (the statement that took it was
-// lost with its connection), so the next pass never waits out its expiry.
-func (p *pass) close(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, store.ErrNotSent):
-		// The pass ran out between statements: it ends as it stood.
-		err = nil
-	case errors.Is(err, store.ErrBudget):
+// every way out, errors included (pass.Holding.Close).
+func (p *invocation) close(ctx context.Context, err error) error {
+	if errors.Is(err, pass.ErrBudget) && !errors.Is(err, pass.ErrNotSent) {
 		// A statement the budget ended: most often one waiting on a lock.
-		p.res.TimedOut, err = err.Error(), nil
 		p.res.wait(WaitingBudget)
 	}
-	// A fresh context: a cancelled invocation still gives its lease back
-	// (and the pool re-dials a dropped connection). The hard end bounds it.
-	fctx := context.WithoutCancel(ctx)
-	p.bounded.Deadline = p.hardEnd
+	err = p.run.Absorb(err)
+	fctx := p.run.Finishing(ctx)
 	if p.res.WaitingFor() == WaitingProof && p.blocked != nil {
-		if b, lerr := p.s.proof.listBlockers(fctx, p.q, *p.blocked); lerr == nil {
+		if b, lerr := p.s.proof.listBlockers(fctx, p.run.Q, *p.blocked); lerr == nil {
 			p.res.BlockedBy = b
 		} else {
-			p.s.opts.Logger.WarnContext(ctx, "fill: could not name the sessions holding the proof", slog.String("error", lerr.Error()))
+			p.s.kit.Warn(ctx, "could not name the sessions holding the proof", slog.String("error", lerr.Error()))
 		}
 	}
-	gaveBack := p.res.HandedOver
-	switch {
-	case p.held:
-		ferr := p.lastStatement(func() error { return p.s.lease.finishPass(fctx, p.q, p.owner, p.st) })
-		switch {
-		case ferr == nil:
-			p.held, gaveBack = false, true
-		case errors.Is(ferr, store.ErrBudget) && err == nil:
-			// The lease expires on its own.
-			p.res.TimedOut = ferr.Error()
-		case err == nil && !errors.Is(ferr, errLeaseLost):
-			err = ferr
-		}
-	case p.leaseUnknown:
-		if rerr := p.lastStatement(func() error { return p.s.lease.releaseLease(fctx, p.q, p.owner) }); rerr != nil {
-			p.s.opts.Logger.WarnContext(ctx, "fill: could not give the lease back; it expires on its own", slog.String("error", rerr.Error()))
-		}
+	gaveBack, ferr := p.hold.Close(fctx, p.s.state.finish, stateArgs(p.st), scanned(nil))
+	if err == nil {
+		err = p.run.Absorb(ferr)
 	}
 	if gaveBack && err == nil {
 		p.countSkips(fctx)
 	}
 	p.report()
-	p.res.Statements = p.q.Count()
-	p.res.DurationMS = p.s.opts.Now().Sub(p.start).Milliseconds()
-	if err != nil {
-		p.res.Error = err.Error()
-	}
-	return err
-}
-
-// outcomeUnknown says a statement that takes the lease may have done so
-// although the pass did not hear back: it reached the server, or may have,
-// and no answer came (the connection was lost). A server's error, or a
-// statement never sent, took nothing.
-func outcomeUnknown(err error) bool {
-	var pgErr *pgconn.PgError
-	return err != nil && !errors.Is(err, store.ErrNotSent) && !errors.As(err, &pgErr)
-}
-
-// lastStatement sends one of the pass's last statements, again after a
-// transient error (the server restarting, a dropped connection) every
-// lastTry while the finish allowance lasts.
-func (p *pass) lastStatement(send func() error) error {
-	for {
-		err := send()
-		if err == nil || !store.Transient(err) || !p.s.opts.Now().Add(lastTry).Before(p.hardEnd) {
-			return err
-		}
-		time.Sleep(lastTry)
-	}
+	p.res.LeaseWaitMS, p.res.HandedOver, p.res.TakenBack = p.hold.WaitMS, p.hold.HandedOver, p.hold.TakenBack
+	p.res.Retries = p.run.Retries
+	return p.run.Close(&p.res.Summary, err)
 }
 
 // countSkips reports the placeholders operators wrote with skip-stall
@@ -698,18 +492,18 @@ func (p *pass) lastStatement(send func() error) error {
 // and OperatorFilled shows them beside Filled. After the lease is given
 // back, so the statement can never delay the hand-over; a failure costs
 // only the figure, which the next pass reports.
-func (p *pass) countSkips(ctx context.Context) {
-	n, err := p.s.skips.TakeUnreported(ctx, p.q)
+func (p *invocation) countSkips(ctx context.Context) {
+	n, err := p.s.skips.TakeUnreported(ctx, p.run.Q)
 	if err != nil {
-		p.s.opts.Logger.WarnContext(ctx, "fill: could not count operator placeholders", slog.String("error", err.Error()))
+		p.s.kit.Warn(ctx, "could not count operator placeholders", slog.String("error", err.Error()))
 		return
 	}
 	p.res.OperatorFilled = n
 }
 
 // report copies the state into the result.
-func (p *pass) report() {
-	r, st, now := p.res, p.st, p.s.opts.Now()
+func (p *invocation) report() {
+	r, st, now := p.res, p.st, p.s.kit.Now()
 	r.Watermark, r.Head, r.Started = st.Watermark, p.head, st.Started
 	r.Lag, r.StalledAt, r.Cycle, r.Historical = 0, nil, nil, false
 	r.StallAgeSeconds, r.ProofBlockedSeconds = 0, 0

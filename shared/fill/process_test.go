@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // A fill pass in a process of its own, which a test kills with SIGKILL at
@@ -70,8 +71,7 @@ func runHelper(raw string) int {
 		return 2
 	}
 	s, err := New(pool, Config{Grace: spec.Grace, PassBudget: spec.Budget, Tick: spec.Tick},
-		Options{LeaseTTL: spec.LeaseTTL, Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil)),
-			Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
+		Options{Options: pass.Options{Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil)), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}, LeaseTTL: spec.LeaseTTL})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
@@ -82,20 +82,20 @@ func runHelper(raw string) int {
 			select {} // until the test kills the process
 		}
 	}
-	s.onLease = func(ev leaseEvent, owner string) {
+	s.lease.OnStep = func(ev pass.LeaseStep, owner string) {
 		switch {
-		case ev == leaseRegistered && spec.StopAt == "registered":
+		case ev == pass.LeaseRegistered && spec.StopAt == "registered":
 			stop("registered")
-		case ev == leasePolling && spec.StopAt == "handed":
+		case ev == pass.LeasePolling && spec.StopAt == "handed":
 			var handed bool
-			if err := pool.QueryRow(ctx, `SELECT lease_owner IS NOT DISTINCT FROM $1 FROM outbox.fill_state`, owner).Scan(&handed); err == nil && handed {
+			if err := pool.QueryRow(ctx, `SELECT owner IS NOT DISTINCT FROM $1 FROM outbox.leases WHERE name = 'fill'`, owner).Scan(&handed); err == nil && handed {
 				stop("handed")
 			}
-		case ev == leaseTaken && (spec.StopAt == "taken" || spec.StopAt == ""):
+		case ev == pass.LeaseTaken && (spec.StopAt == "taken" || spec.StopAt == ""):
 			stop("taken")
 		}
 	}
-	res, err := s.RunOnce(ctx)
+	res, err := s.RunOnce(ctx, nil)
 	fmt.Println("result", res)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)

@@ -3,7 +3,6 @@ package fill
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -32,7 +31,7 @@ type Blocker struct {
 	BackendXmin string `json:"backend_xmin,omitempty"`
 }
 
-// proofSQL is the proof and the list of blockers.
+// proofSQL is the proof and the list of blockers (proof.sql).
 type proofSQL struct {
 	check    string
 	blockers string
@@ -42,55 +41,8 @@ type proofSQL struct {
 const queryStart = 120
 
 func newProofSQL() proofSQL {
-	// The marker as a 32-bit xid, for comparing with pg_stat_activity's
-	// xid columns: xid has no ordering, but age() (transactions since)
-	// does. xid8::xid (PostgreSQL 13+) drops the epoch.
-	const marker32 = `(@marker::xid8::xid)`
-	return proofSQL{
-		// passed: the oldest transaction still running, from a fresh
-		// snapshot of this autocommit statement (which has no xid of its
-		// own), is newer than the marker, so every transaction older than
-		// the marker — every writer of a sequence at or below the marker
-		// head — has ended.
-		// foreign (§3.7): no transaction at or above the snapshot's xmax
-		// had completed when it was taken, and a marker of ours had (the
-		// statement that assigned it committed). A marker at or above xmax
-		// therefore is not one of this cluster's: restored from a backup,
-		// copied by logical replication, or left by a blue/green
-		// switch-over. Its proof would wait for ever, or pass on a lie.
-		check: `SELECT pg_snapshot_xmin(s) > @marker::xid8, pg_snapshot_xmax(s) <= @marker::xid8
-			FROM pg_current_snapshot() AS s`,
-		// The sessions holding the horizon back: an xid (or a snapshot)
-		// at least as old as the marker. Oldest first, xid holders (the
-		// ones the proof actually waits on) before snapshot holders. Other
-		// roles' state, query and xact_start need pg_read_all_stats; pid,
-		// database, user, application_name and the xid columns are visible
-		// to everyone, so the xid age always names them.
-		blockers: `SELECT pid, database, usename, state, xact_age_s, xid_age, application_name, query, backend_xid, backend_xmin FROM (
-				SELECT pid, coalesce(datname, '') AS database, coalesce(usename, '') AS usename,
-					coalesce(state, '') AS state,
-					extract(epoch FROM now() - xact_start)::float8 AS xact_age_s,
-					greatest(coalesce(age(backend_xid), 0), coalesce(age(backend_xmin), 0))::bigint AS xid_age,
-					coalesce(application_name, '') AS application_name,
-					coalesce(left(query, ` + strconv.Itoa(queryStart) + `), '') AS query,
-					coalesce(backend_xid::text, '') AS backend_xid, coalesce(backend_xmin::text, '') AS backend_xmin
-				FROM pg_stat_activity
-				WHERE pid <> pg_backend_pid()
-				  AND (age(backend_xid) >= age(` + marker32 + `) OR age(backend_xmin) >= age(` + marker32 + `))
-				UNION ALL
-				-- A prepared (two-phase) transaction holds the horizon
-				-- with no backend at all, so pg_stat_activity never shows
-				-- it; name it by its gid (pid 0) or the operator is left
-				-- with an alarm and an empty list.
-				SELECT 0, database, owner, 'prepared transaction ' || gid,
-					extract(epoch FROM now() - prepared)::float8,
-					age(transaction)::bigint, '', '', transaction::text, ''
-				FROM pg_prepared_xacts
-				WHERE age(transaction) >= age(` + marker32 + `)
-			) holders
-			ORDER BY backend_xid = '', xid_age DESC
-			LIMIT ` + strconv.Itoa(MaxBlockers),
-	}
+	// proof.sql reads no table: nothing in it is templated.
+	return proofSQL{check: proofFile.Statement("check", ""), blockers: proofFile.Statement("blockers", "")}
 }
 
 // proofState is what one proof check says about a marker.
@@ -117,7 +69,7 @@ func (p proofSQL) checkProof(ctx context.Context, q store.Querier, marker uint64
 }
 
 func (p proofSQL) listBlockers(ctx context.Context, q store.Querier, marker uint64) ([]Blocker, error) {
-	rows, err := q.Query(ctx, p.blockers, pgx.NamedArgs{"marker": marker})
+	rows, err := q.Query(ctx, p.blockers, pgx.NamedArgs{"marker": marker, "query_start": queryStart, "max_blockers": MaxBlockers})
 	if err != nil {
 		return nil, fmt.Errorf("sessions holding marker %d: %w", marker, err)
 	}
@@ -146,16 +98,13 @@ func Blockers(ctx context.Context, q store.Querier, marker uint64) ([]Blocker, e
 	return newProofSQL().listBlockers(ctx, q, marker)
 }
 
-// nextXIDSQL is the first xid not yet assigned (a fresh snapshot's xmax).
-const nextXIDSQL = `SELECT pg_snapshot_xmax(pg_current_snapshot())`
-
 // NextXID is the first transaction id not yet assigned, read without
 // assigning one: as a marker for Blockers it names every session that
 // holds an xid or a snapshot now, so every writer of any sequence
 // allocated so far.
 func NextXID(ctx context.Context, q store.Querier) (uint64, error) {
 	var x uint64
-	if err := q.QueryRow(ctx, nextXIDSQL).Scan(&x); err != nil {
+	if err := q.QueryRow(ctx, proofFile.Statement("next_xid", "")).Scan(&x); err != nil {
 		return 0, fmt.Errorf("read the next xid: %w", err)
 	}
 	return x, nil

@@ -15,11 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // What a pass does when the database misbehaves: a statement blocked on a
@@ -48,7 +47,7 @@ func lockedBy(t *testing.T, db *testdb.DB, sql string) {
 func loggedPass(t *testing.T, s *Service) (*Result, string) {
 	t.Helper()
 	var logs syncbuf.Buffer
-	s.opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	s.kit.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	ctx, cancel := passContext()
 	defer cancel()
 	res, err := s.Handle(ctx, nil)
@@ -66,7 +65,7 @@ func assertEndedOnBudget(t *testing.T, res *Result, logs string, budget time.Dur
 	if !strings.Contains(res.TimedOut, "statement timeout") {
 		t.Errorf("TimedOut = %q, want the statement the budget ended", res.TimedOut)
 	}
-	if took := time.Duration(res.DurationMS) * time.Millisecond; took > budget+finishAllowance+time.Second {
+	if took := time.Duration(res.DurationMS) * time.Millisecond; took > budget+pass.FinishAllowance+time.Second {
 		t.Errorf("the pass took %s, want its budget %s and the finish", took, budget)
 	}
 	if !strings.Contains(logs, `"msg":"fill pass"`) {
@@ -110,7 +109,7 @@ func TestConnectionKilledMidProofSameInvocationRecovers(t *testing.T) {
 
 	app := "okt-fill-kill-" + db.Name
 	cfg := testConfig()
-	cfg.Grace, cfg.PassBudget = NoGrace, 8*time.Second
+	cfg.Grace, cfg.PassBudget = pass.Off, 8*time.Second
 	await := startPassUntil(t, db, newService(t, db.NewPool(t, app), cfg, Options{}), pollsProof)
 	if killed := db.KillSessions(t, app); killed == 0 {
 		t.Fatal("found none of the pass's connections to kill")
@@ -200,7 +199,7 @@ func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
 	started(t, db)
 	gapSeq, _ := burn(t, db, 1)
 	top := commit(t, db, 1)
-	exec(t, db.Pool, `UPDATE outbox.fill_state SET cycle_from = 1, cycle_first_seen_at = now() - interval '1 hour',
+	testdb.Exec(t, db.Pool, `UPDATE outbox.fill_state SET cycle_from = 1, cycle_first_seen_at = now() - interval '1 hour',
 		cycle_marker = (pg_snapshot_xmax(pg_current_snapshot())::text::bigint + 1000000000)::text::xid8,
 		cycle_marker_head = $1`, top)
 
@@ -221,13 +220,13 @@ func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
 	}
 }
 
-// lostAnswer is a store.DB whose first statement matching lose is lost
+// lostAnswer is a pass.DB whose first statement matching lose is lost
 // with its connection, as a crash loses one: the caller gets the error
 // pgx returns for a batch on a connection that died under it. With sent,
 // the statement ran on the server and committed first (only the answer is
 // lost); without, it never arrived.
 type lostAnswer struct {
-	store.DB
+	pass.DB
 	lose func(sql string) bool
 	sent bool
 	lost atomic.Bool
@@ -268,11 +267,11 @@ func TestLeaseTakenWithTheAnswerLostIsGivenBack(t *testing.T) {
 	started(t, db)
 	cfg := testConfig()
 	cfg.PassBudget, cfg.Tick = 150*time.Millisecond, 200*time.Millisecond
-	lossy := &lostAnswer{DB: db.Pool, sent: true, lose: func(sql string) bool { return strings.Contains(sql, "lease_owner = CASE WHEN") }}
+	lossy := &lostAnswer{DB: db.Pool, sent: true, lose: func(sql string) bool { return strings.Contains(sql, "leases.acquire") }}
 	s := newService(t, lossy, cfg, Options{})
 	ctx, cancel := passContext()
 	defer cancel()
-	res, err := s.RunOnce(ctx)
+	res, err := s.RunOnce(ctx, nil)
 	if !lossy.lost.Load() {
 		t.Fatal("the lease statement's answer was never lost")
 	}
@@ -295,7 +294,7 @@ func TestLeaseTakenWithTheAnswerLostIsGivenBack(t *testing.T) {
 func TestFinishIsRetriedAfterALostConnection(t *testing.T) {
 	db := testdb.New(t)
 	started(t, db)
-	lossy := &lostAnswer{DB: db.Pool, lose: func(sql string) bool { return strings.Contains(sql, "lease_owner = NULL,") }}
+	lossy := &lostAnswer{DB: db.Pool, lose: func(sql string) bool { return strings.Contains(sql, "leases.finish") }}
 	res := runPass(t, newService(t, lossy, testConfig(), Options{}))
 	if !lossy.lost.Load() {
 		t.Fatal("the finish was never lost")

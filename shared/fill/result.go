@@ -1,13 +1,11 @@
 package fill
 
 import (
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Waiting values of Result.Waiting: why work remains at the end of a pass.
@@ -75,12 +73,9 @@ type Result struct {
 	// FillMS is the time spent writing proven cycles: page reads and
 	// inserts after their proofs passed.
 	FillMS int64 `json:"fill_ms"`
-	// TimedOut names the statement the budget ended, when it ended one
-	// (a lock held by another session, most often).
-	TimedOut   string `json:"timed_out,omitempty"`
-	Statements int64  `json:"statements"`
-	DurationMS int64  `json:"duration_ms"`
-	Error      string `json:"error,omitempty"`
+	// Summary is timed_out (the statement the budget ended, a lock held
+	// by another session most often), statements, duration_ms and error.
+	pass.Summary
 
 	// headRead is false when the pass ended before reading the head (it
 	// waited on the lease, or failed first): Head and Lag then say
@@ -109,17 +104,18 @@ func (r *Result) WaitingFor() string {
 
 // String is the Result as its JSON response, so a printed Result shows
 // waiting, cycle and blockers by value rather than as pointers.
-func (r *Result) String() string {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Sprintf("unprintable fill result: %v", err)
-	}
-	return string(b)
-}
+func (r *Result) String() string { return pass.String(r) }
 
-// LogValue makes the log line the response: every JSON field of the
-// Result, under the same names.
-func (r *Result) LogValue() slog.Value { return logging.JSONValue(r) }
+// Level is the log line's level: a blocked proof names the sessions
+// holding the horizon, a timed-out statement names what waited, and a
+// foreign marker says the state came from another cluster: the
+// operator's business.
+func (r *Result) Level(err error) slog.Level {
+	if err == nil && (r.WaitingFor() == WaitingProof || r.TimedOut != "" || r.ForeignMarkers > 0) {
+		return slog.LevelWarn
+	}
+	return r.Summary.Level(err)
+}
 
 // Metrics are the EMF values of the pass. A pass that never read the head
 // (it waited on the lease, or failed first) reports no position: a zero

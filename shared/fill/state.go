@@ -2,18 +2,20 @@ package fill
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
-// State is the fill_state row minus the lease: what a resident gap filler
-// would keep in memory between ticks. The lease columns of the same row
-// are in lease.go; every statement on the table is in one of the two files.
+// State is fill_state: what a resident gap filler would keep in memory
+// between ticks. Every statement on the table is in fill_state.sql.
 type State struct {
 	// Started is false until the first pass anchored the watermark at 0.
 	Started bool
@@ -30,8 +32,8 @@ type State struct {
 	ProofBlockedSince *time.Time
 }
 
-// Cycle is the persisted unit of work: the reference's StallEpisode, but
-// covering the whole range its marker can prove, not one page.
+// Cycle is the persisted unit of work: the whole range its marker can
+// prove, not one page.
 type Cycle struct {
 	// From is the watermark when the stall was first seen: From+1 was
 	// missing.
@@ -48,68 +50,18 @@ type Cycle struct {
 	MarkerHead int64
 }
 
-// errLeaseLost: a checkpoint found another pass owning the lease (ours
-// expired while a statement was blocked, or the pass was cut off).
-var errLeaseLost = errors.New("fill: lease lost to another pass")
+// LeaseName is the fill's lease in <schema>.leases.
+const LeaseName = "fill"
 
-// stateColumns is how every statement that loads the state reads it.
-const stateColumns = `started, watermark, historical_head,
-	cycle_from, cycle_first_seen_at, cycle_historical, cycle_marker, cycle_marker_head,
-	proof_blocked_since`
+//go:embed fill_state.sql proof.sql
+var sqlFiles embed.FS
 
-// stateSet writes the state back; shared by the checkpoint and the finish.
-const stateSet = `started = @started,
-	watermark = GREATEST(watermark, @watermark),
-	historical_head = @historical_head,
-	cycle_from = @cycle_from,
-	cycle_first_seen_at = @cycle_first_seen_at,
-	cycle_historical = @cycle_historical,
-	cycle_marker = @cycle_marker,
-	cycle_marker_head = @cycle_marker_head,
-	proof_blocked_since = @proof_blocked_since,
-	updated_at = now()`
+var (
+	stateFile = sqltext.MustParse(sqlFiles, "fill_state.sql")
+	proofFile = sqltext.MustParse(sqlFiles, "proof.sql")
+)
 
-// stateSQL is the statements that write the state.
-type stateSQL struct {
-	checkpoint string
-	takeMarker string
-}
-
-func newStateSQL(schema store.Schema) stateSQL {
-	t := schema.Table("fill_state")
-	return stateSQL{
-		// Progress and a lease renewal in one statement, only while the
-		// lease is ours (a renewal also tells a predecessor that handed the
-		// lease over that its successor acts as owner). It also says
-		// whether a successor waits, which is the holder's cue to hand
-		// over (lease.go).
-		checkpoint: `UPDATE ` + t + ` SET ` + stateSet + `,
-				lease_expires_at = now() + @lease_ms::bigint * interval '1 millisecond',
-				` + acknowledged + `
-			WHERE singleton AND lease_owner = @owner
-			RETURNING watermark, ` + successorWaiting,
-		// The marker is assigned *here*, by pg_current_xact_id() in this
-		// UPDATE, so it is always a later statement than the head read it
-		// pairs with (§3.2), and it is persisted in the same breath: a
-		// crash cannot leave a marker the next pass does not know. The xid
-		// is this autocommit statement's own; it commits at once, which is
-		// all a horizon needs.
-		takeMarker: `UPDATE ` + t + ` SET
-				cycle_from = @cycle_from,
-				cycle_first_seen_at = @cycle_first_seen_at,
-				cycle_historical = @cycle_historical,
-				cycle_marker = pg_current_xact_id(),
-				cycle_marker_head = @marker_head,
-				proof_blocked_since = NULL,
-				lease_expires_at = now() + @lease_ms::bigint * interval '1 millisecond',
-				` + acknowledged + `,
-				updated_at = now()
-			WHERE singleton AND lease_owner = @owner
-			RETURNING cycle_marker`,
-	}
-}
-
-// stateArgs are the named arguments of stateSet.
+// stateArgs are the named arguments of fill_state.sql's save.
 func stateArgs(st State) pgx.NamedArgs {
 	args := pgx.NamedArgs{
 		"started":             st.Started,
@@ -131,8 +83,19 @@ func stateArgs(st State) pgx.NamedArgs {
 	return args
 }
 
-// scanState reads stateColumns, after whatever columns come first (extra).
-func scanState(row pgx.Row, extra ...any) (State, error) {
+// markerArgs are the named arguments of fill_state.sql's assign_marker.
+func markerArgs(c Cycle, head int64) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"cycle_from":          c.From,
+		"cycle_first_seen_at": c.FirstSeenAt,
+		"cycle_historical":    c.Historical,
+		"marker_head":         head,
+	}
+}
+
+// scanState reads the state's columns, after whatever columns come first
+// (first).
+func scanState(row pgx.Row, first ...any) (State, error) {
 	var (
 		st           State
 		from, mhead  *int64
@@ -141,7 +104,7 @@ func scanState(row pgx.Row, extra ...any) (State, error) {
 		marker       *uint64
 		blockedSince *time.Time
 	)
-	dest := append(extra, &st.Started, &st.Watermark, &st.HistoricalHead,
+	dest := append(first, &st.Started, &st.Watermark, &st.HistoricalHead,
 		&from, &firstSeen, &historical, &marker, &mhead, &blockedSince)
 	if err := row.Scan(dest...); err != nil {
 		return State{}, err
@@ -157,43 +120,45 @@ func scanState(row pgx.Row, extra ...any) (State, error) {
 	return st, nil
 }
 
-// checkpoint writes st and renews the lease; it returns the watermark as
-// stored (GREATEST keeps a late save from moving it back) and whether a
-// successor waits for the lease.
-func (s stateSQL) checkpointState(ctx context.Context, q store.Querier, owner string, st State, lease time.Duration) (int64, bool, error) {
-	args := stateArgs(st)
-	args["owner"], args["lease_ms"] = owner, lease.Milliseconds()
-	var w int64
-	var successor bool
-	err := q.QueryRow(ctx, s.checkpoint, args).Scan(&w, &successor)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, errLeaseLost
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("save fill state: %w", err)
-	}
-	return w, successor, nil
+// errNoState is fill_state without its row.
+var errNoState = errors.New("fill_state has no row: run the migrations")
+
+// stateSQL is the fill's statements on its state, each riding on the
+// lease statement it needs.
+type stateSQL struct {
+	load, checkpoint, renew, handOver, finish, marker pass.Ride
 }
 
-// assignMarker persists c with a fresh marker xid paired with head, and
-// returns the marker.
-func (s stateSQL) assignMarker(ctx context.Context, q store.Querier, owner string, c Cycle, head int64, lease time.Duration) (uint64, error) {
-	var m uint64
-	err := q.QueryRow(ctx, s.takeMarker, pgx.NamedArgs{
-		"owner":               owner,
-		"cycle_from":          c.From,
-		"cycle_first_seen_at": c.FirstSeenAt,
-		"cycle_historical":    c.Historical,
-		"marker_head":         head,
-		"lease_ms":            lease.Milliseconds(),
-	}).Scan(&m)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, errLeaseLost
+func newStateSQL(l *pass.Lease, schema string) stateSQL {
+	save := stateFile.Statement("save", schema)
+	return stateSQL{
+		load:       l.Ride(pass.StepAcquire, stateFile.Statement("load", schema)),
+		checkpoint: l.Ride(pass.StepRenew, save),
+		renew:      l.Ride(pass.StepRenew, ""),
+		handOver:   l.Ride(pass.StepHandOver, save),
+		finish:     l.Ride(pass.StepFinish, save),
+		marker:     l.Ride(pass.StepRenew, stateFile.Statement("assign_marker", schema)),
 	}
-	if err != nil {
-		return 0, fmt.Errorf("take abandonment marker: %w", err)
+}
+
+// loadInto reads the state the lease statement loaded into st.
+func loadInto(st *State) pass.Reader {
+	return func(row pgx.Row, lease ...any) error {
+		got, err := scanState(row, lease...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNoState
+		}
+		if err == nil {
+			*st = got
+		}
+		return err
 	}
-	return m, nil
+}
+
+// scanned is a Reader that scans the rider's one column into v (nil: skip
+// it).
+func scanned(v any) pass.Reader {
+	return func(row pgx.Row, lease ...any) error { return row.Scan(append(lease, v)...) }
 }
 
 // Status is fill_state as an operator sees it (outboxkeeper status): the
@@ -207,26 +172,19 @@ type Status struct {
 	// LeaseHeld: a pass holds an unexpired lease, so one is running.
 	LeaseHeld      bool
 	LeaseExpiresAt *time.Time
-	// UpdatedAt is the last time a pass wrote the row (every lease
-	// renewal, at least every few seconds while one runs, and the end of
-	// every pass).
+	// UpdatedAt is the last time a pass wrote the row: every checkpoint
+	// that changed the state, every hand-over (about once a minute while
+	// passes watch) and the end of every pass.
 	UpdatedAt time.Time
-}
-
-// readStatusSQL reads nothing a pass writes under a lock it waits on: a
-// plain read of the one row.
-func readStatusSQL(schema store.Schema) string {
-	return `SELECT ` + schema.Table("allocation_head") + `(), now(),
-			coalesce(lease_owner IS NOT NULL AND lease_expires_at > now(), false), lease_expires_at, updated_at, ` + stateColumns + `
-		FROM ` + schema.Table("fill_state") + ` WHERE singleton`
 }
 
 // ReadStatus reads the fill's state, the lease and the head.
 func ReadStatus(ctx context.Context, q store.Querier, schema store.Schema) (Status, error) {
 	var s Status
-	st, err := scanState(q.QueryRow(ctx, readStatusSQL(schema)), &s.Head, &s.Now, &s.LeaseHeld, &s.LeaseExpiresAt, &s.UpdatedAt)
+	st, err := scanState(q.QueryRow(ctx, stateFile.Statement("status", schema.Name()), pgx.NamedArgs{"lease": LeaseName}),
+		&s.Head, &s.Now, &s.LeaseHeld, &s.LeaseExpiresAt, &s.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Status{}, errors.New("fill: fill_state has no row: run the migrations")
+		return Status{}, fmt.Errorf("fill: %w", errNoState)
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("read fill state: %w", err)

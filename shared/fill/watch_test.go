@@ -2,6 +2,7 @@ package fill
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,4 +169,36 @@ func TestHandOverBetweenInvocationsLeavesNoGapUnwatched(t *testing.T) {
 		}
 	}
 	t.Logf("%d gaps across the hand-over; first filled %d, second %d, waited %d ms", len(gaps), a.Filled, b.Filled, b.LeaseWaitMS)
+}
+
+// An idle watching pass renews its lease a few times a lease period and
+// writes nothing else: with the state unchanged, a renewal is the lease's
+// row alone, one statement per tick is the poll, and fill_state is written
+// once, by the finish.
+func TestIdleWatchingRenewsTheLeaseAlone(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	commit(t, db, 3)
+	runPass(t, newService(t, db.Pool, testConfig(), Options{}))
+	rec := &recorder{Q: db.Pool}
+	cfg := watchConfig()
+	cfg.PassBudget = 1500 * time.Millisecond
+	res := runPass(t, newService(t, rec, cfg, Options{}))
+	wantCaughtUp(t, res)
+	renewals := rec.count("leases.renew")
+	if renewals < 2 {
+		t.Fatalf("%d lease renewals in a %s watching pass, want several", renewals, cfg.PassBudget)
+	}
+	stateWrites := 0
+	for _, q := range rec.statements() {
+		if strings.Contains(q, "UPDATE \"outbox\".fill_state") || strings.Contains(q, "fill_state.save") {
+			stateWrites++
+		}
+	}
+	if stateWrites != 1 {
+		t.Errorf("fill_state written by %d statements of an idle pass (of %d renewals), want once, at the finish", stateWrites, renewals)
+	}
+	if polls := rec.count("leases.poll"); int64(polls) != int64(res.Ticks) {
+		t.Errorf("%d polls for %d ticks: a watching tick is one statement", polls, res.Ticks)
+	}
 }

@@ -25,20 +25,13 @@ const ResponseReserve = 5 * time.Second
 // invocation, which is safe: the migrations applied are recorded, and a
 // second run applies nothing.
 func (s *Service) Handle(ctx context.Context, ev cfn.Event) error {
-	res := s.RunOnce(ctx, ev)
-	level := slog.LevelInfo
-	if res.Status != string(cfn.StatusSuccess) || !res.Responded {
-		level = slog.LevelError
-	}
-	s.opts.Logger.LogAttrs(ctx, level, "migrate "+res.RequestType, slog.Any("", res))
-	if !res.Responded {
-		return fmt.Errorf("migrate: respond to CloudFormation: %s", res.ResponseError)
-	}
-	return nil
+	_, err := s.handle.Handle(ctx, ev)
+	return err
 }
 
-// RunOnce does what ev asks and sends the response.
-func (s *Service) RunOnce(ctx context.Context, ev cfn.Event) *Result {
+// RunOnce does what ev asks and sends the response; the error says the
+// response never reached CloudFormation.
+func (s *Service) RunOnce(ctx context.Context, ev cfn.Event) (*Result, error) {
 	start := s.opts.Now()
 	res := &Result{
 		RequestType:        string(ev.RequestType),
@@ -85,7 +78,10 @@ func (s *Service) RunOnce(ctx context.Context, ev cfn.Event) *Result {
 		res.ResponseError = err.Error()
 	}
 	res.DurationMS = s.opts.Now().Sub(start).Milliseconds()
-	return res
+	if !res.Responded {
+		return res, fmt.Errorf("migrate: respond to CloudFormation: %s", res.ResponseError)
+	}
+	return res, nil
 }
 
 // apply runs the migrations, bounded by the invocation's deadline less

@@ -16,14 +16,14 @@ package migrateresource
 import (
 	"cmp"
 	"context"
-	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/aws/aws-lambda-go/cfn"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Config is the resource's configuration. A zero field means its default.
@@ -33,21 +33,12 @@ type Config struct {
 	Schema string `env:"OUTBOX_SCHEMA"`
 }
 
-// WithDefaults fills in every zero field.
-func (c Config) WithDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
-	return c
-}
-
-// Validate is the one check of a Config; its *setting.Error names the
-// field.
-func (c Config) Validate() error {
-	c = c.WithDefaults()
-	v := setting.Checker{Pass: "migrate"}
-	_, err := store.ParseSchema(c.Schema)
-	v.Check(err == nil, "Schema", c.Schema, "must be a plain lower-case identifier, not pg_*")
-	return v.Err()
-}
+// Bounds, WithDefaults and Validate are the kit's rules for a Config
+// without numeric fields: the schema's default and its check, whose
+// *setting.Error names the field.
+func (Config) Bounds() []pass.Bound   { return nil }
+func (c Config) WithDefaults() Config { return pass.WithDefaults(c, nil) }
+func (c Config) Validate() error      { return pass.Validate("migrate", c, nil) }
 
 // DB is what the migrations run on: a pool that hands out the one
 // connection their transaction needs.
@@ -60,8 +51,10 @@ type DB interface {
 // only, and the DB it returns is closed when the request is answered.
 type Opener func(ctx context.Context) (DB, error)
 
-// Options are the injectable parts of a Service.
+// Options are the injectable parts of a Service: the clock and the logger
+// (the resource emits no metrics).
 type Options struct {
+	pass.Options
 	// Misconfigured is the error loading the function's configuration
 	// failed with, if it did. The function does not fail its init for it,
 	// as the other functions do: CloudFormation would then get no answer
@@ -72,17 +65,14 @@ type Options struct {
 	// HTTP sends the response. Default: a client with a 10 s timeout per
 	// attempt.
 	HTTP *http.Client
-	// Logger receives one line per request. Default slog.Default().
-	Logger *slog.Logger
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
 }
 
 // Service answers the custom resource's requests.
 type Service struct {
-	open Opener
-	cfg  Config
-	opts Options
+	open   Opener
+	cfg    Config
+	opts   Options
+	handle *pass.Handler[cfn.Event, *Result, struct{}]
 }
 
 // New applies the defaults and validates cfg.
@@ -94,9 +84,11 @@ func New(open Opener, cfg Config, opts Options) (*Service, error) {
 		return nil, err
 	}
 	opts.HTTP = cmp.Or(opts.HTTP, &http.Client{Timeout: 10 * time.Second})
-	opts.Logger = cmp.Or(opts.Logger, slog.Default())
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	return &Service{open: open, cfg: cfg.WithDefaults(), opts: opts}, nil
+	opts.Options = opts.Options.WithDefaults("migrate")
+	opts.Metrics = nil
+	s := &Service{open: open, cfg: cfg.WithDefaults(), opts: opts}
+	s.handle = pass.NewHandler("migrate", &s.opts.Options, s.RunOnce,
+		func(_ *Result, err error) (struct{}, error) { return struct{}{}, err }).
+		WithMessage(func(r *Result) string { return "migrate " + r.RequestType })
+	return s, nil
 }

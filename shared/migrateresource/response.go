@@ -11,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // sendAttempts and sendBackoff pace the PUT: the pre-signed URL is S3's,
@@ -44,7 +44,7 @@ func (s *Service) send(ctx context.Context, url string, body []byte) error {
 	var last error
 	for attempt := range sendAttempts {
 		if attempt > 0 {
-			if err := budget.Sleep(ctx, sendBackoff*time.Duration(attempt)); err != nil {
+			if err := pass.Sleep(ctx, sendBackoff*time.Duration(attempt)); err != nil {
 				return fmt.Errorf("PUT response to %s: no time left for attempt %d before the function's deadline less %s (after: %v)",
 					host(url), attempt+1, LogReserve, last)
 			}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/cfn"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // silentResponseURL accepts every request and never answers it, until
@@ -38,7 +40,7 @@ func TestSilentResponseURLKeepsTimeForTheLogLine(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
 	svc, err := New(func(context.Context) (DB, error) { return nil, errors.New("Delete never logs in") }, Config{},
-		Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		Options{Options: pass.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}})
 	if err != nil {
 		t.Fatal(err)
 	}

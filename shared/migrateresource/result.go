@@ -3,7 +3,9 @@ package migrateresource
 import (
 	"log/slog"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/logging"
+	"github.com/aws/aws-lambda-go/cfn"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 )
 
 // Result is what one request did: the log line, and what the response
@@ -38,5 +40,15 @@ type Result struct {
 	DurationMS    int64  `json:"duration_ms"`
 }
 
-// LogValue logs the result under its JSON names.
-func (r *Result) LogValue() slog.Value { return logging.JSONValue(r) }
+// Level is the log line's level: an error unless the response said
+// SUCCESS and reached CloudFormation.
+func (r *Result) Level(error) slog.Level {
+	if r.Status != string(cfn.StatusSuccess) || !r.Responded {
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// Metrics are none: the resource runs once a deployment, and its outcome
+// is the stack's.
+func (r *Result) Metrics() []metrics.Metric { return nil }

@@ -41,9 +41,11 @@ CREATE TABLE {{schema}}.relay_parked (
 -- long history of re-sent events costs them nothing.
 CREATE INDEX relay_parked_open_idx ON {{schema}}.relay_parked (relay, sequence) WHERE resent_at IS NULL;
 
--- The functions' role, as in 0017, and now the relay: read_events and
--- commit_position (which never moves a position back; nothing on
--- consumers itself), and its parked events.
+-- The functions' role, as in 0017, with 0015's sweep_reset and
+-- present_after again (0017's version left them out, so a maintainer set
+-- up after it could run neither the fill nor the sweep), and now the
+-- relay: read_events and commit_position (which never moves a position
+-- back; nothing on consumers itself), and its parked events.
 CREATE OR REPLACE FUNCTION {{schema}}.grant_maintainer(grantee regrole) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN

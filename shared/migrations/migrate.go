@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Migration is one embedded file.
@@ -341,7 +342,7 @@ func ApplyWith(ctx context.Context, conn Conn, schema string, opts ApplyOptions)
 	pause := opts.RetryInterval
 	for attempt := 1; ; attempt++ {
 		res, step, err := applyOnce(ctx, conn, schema, list, b)
-		if err == nil || !store.IsLockTimeout(err) || ctx.Err() != nil {
+		if err == nil || !pass.IsLockTimeout(err) || ctx.Err() != nil {
 			res.Attempts = attempt
 			return res, err
 		}

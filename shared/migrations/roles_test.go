@@ -21,6 +21,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -146,7 +147,7 @@ func TestWriterRoleConsumes(t *testing.T) {
 	refused(t, "move a position by hand", err)
 	_, err = writer.Pool.Exec(ctx, `DELETE FROM outbox.events`)
 	refused(t, "delete events", err)
-	_, err = writer.Pool.Exec(ctx, `SELECT lease_owner FROM outbox.fill_state`)
+	_, err = writer.Pool.Exec(ctx, `SELECT owner FROM outbox.leases`)
 	refused(t, "read the fill's lease", err)
 }
 
@@ -235,12 +236,12 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			db.Exec(t, `SELECT outbox.publish('t', '{}')`)
-			fs, err := fill.New(db.Pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
-				fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
+			fs, err := fill.New(db.Pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
+				fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := fs.RunOnce(ctx); err != nil { // anchors the watermark at 1
+			if _, err := fs.RunOnce(ctx, nil); err != nil { // anchors the watermark at 1
 				t.Fatal(err)
 			}
 
@@ -254,7 +255,7 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil { // a later writer commits
 				t.Fatal(err)
 			}
-			fr, err := fs.RunOnce(ctx)
+			fr, err := fs.RunOnce(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -398,12 +399,12 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 		t.Fatal(err)
 	}
 	exec(`SELECT outbox.publish('t', '{}')`)
-	fs, err := fill.New(pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
-		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
+	fs, err := fill.New(pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
+		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fr, err := fs.RunOnce(ctx)
+	fr, err := fs.RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("fill: %v", err)
 	}
@@ -424,8 +425,7 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{SQS: sqstest.Client(t), Logger: quiet(),
-		Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}})
+	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}, SQS: sqstest.Client(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,11 +455,11 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 		VALUES ('r', 'k', '', 'delivered', 11, 10, now() - interval '2 minutes') RETURNING id`).Scan(&dying); err != nil {
 		t.Fatal(err)
 	}
-	ss, err := sweep.New(pool, sweep.Config{}, sweep.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}})
+	ss, err := sweep.New(pool, sweep.Config{}, sweep.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sr, err := ss.RunOnce(ctx)
+	sr, err := ss.RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("sweep: %v", err)
 	}
@@ -475,11 +475,11 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	exec(`UPDATE outbox.deliveries SET state = 'acked', created_at = now() - interval '2 days', acked_at = now() - interval '2 days' WHERE id = $1`, stuck)
 	exec(`UPDATE outbox.events SET recorded_at = now() - interval '2 days'`)
 	ps, err := prune.New(pool, prune.Config{EventsAfter: time.Hour},
-		prune.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}})
+		prune.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, err := ps.RunOnce(ctx)
+	pr, err := ps.RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("prune: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // State is where one migration stands in a schema.
@@ -263,8 +264,8 @@ const CheckTimeout = 5 * time.Second
 
 // Check is the schema version check every function but migrate runs at
 // init: ReadStatus and Status.Check, in one bounded statement.
-func Check(ctx context.Context, db store.Batcher, schema string) error {
-	st, err := ReadStatus(ctx, &store.Bounded{DB: db, Deadline: time.Now().Add(CheckTimeout)}, schema)
+func Check(ctx context.Context, db pass.Batcher, schema string) error {
+	st, err := ReadStatus(ctx, &pass.Bounded{DB: db, Deadline: time.Now().Add(CheckTimeout)}, schema)
 	if err != nil {
 		return fmt.Errorf("schema version check: %w", err)
 	}

@@ -82,7 +82,7 @@ func TestConsumerCrossesAPrunedPrefixAndStopsAtAnUnprovenGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := pr.RunOnce(ctx); err != nil || res.DeletedEvents != 6 {
+	if res, err := pr.RunOnce(ctx, nil); err != nil || res.DeletedEvents != 6 {
 		t.Fatalf("prune: %v, %v; want 6 events deleted", res, err)
 	}
 	// A writer holds 11 and has not committed; 12 commits.

@@ -2,65 +2,16 @@ package prune_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
-
-// longest is a store.DB that keeps the longest statement it sent: the
-// pass's every statement is one batch (store.Bounded), and each is its
-// own transaction, so that is the longest any lock of the pass is held.
-type longest struct {
-	db store.DB
-	mu sync.Mutex
-	d  time.Duration
-}
-
-func (l *longest) note(start time.Time) {
-	d := time.Since(start)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.d = max(l.d, d)
-}
-
-func (l *longest) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	defer l.note(time.Now())
-	return l.db.Exec(ctx, sql, args...)
-}
-
-func (l *longest) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	defer l.note(time.Now())
-	return l.db.Query(ctx, sql, args...)
-}
-
-func (l *longest) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	defer l.note(time.Now())
-	return l.db.QueryRow(ctx, sql, args...)
-}
-
-// SendBatch is timed until its results are closed.
-func (l *longest) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return &longestBatch{BatchResults: l.db.SendBatch(ctx, b), l: l, start: time.Now()}
-}
-
-type longestBatch struct {
-	pgx.BatchResults
-	l     *longest
-	start time.Time
-}
-
-func (b *longestBatch) Close() error {
-	defer b.l.note(b.start)
-	return b.BatchResults.Close()
-}
 
 // bareDeletes are the database's limit for the same work: one DELETE per
 // table of the very rows the pass deletes, each one transaction.
@@ -107,7 +58,7 @@ func BenchmarkPrune(b *testing.B) {
 		samples.Alternate(rep,
 			benchkit.Arm{Name: "prune", Run: func() time.Duration {
 				db := fresh()
-				l := &longest{db: db.Pool}
+				l := &benchkit.TimedDB{DB: db.Pool}
 				s := newPruner(b, l, templateConfig())
 				var deleted int64
 				count := 0
@@ -125,7 +76,7 @@ func BenchmarkPrune(b *testing.B) {
 					b.Fatalf("prune deleted %d rows in %d passes, want %d", deleted, count, int64(rows))
 				}
 				passes = append(passes, float64(count))
-				longestBatchMS = append(longestBatchMS, float64(l.d)/1e6)
+				longestBatchMS = append(longestBatchMS, float64(l.Longest())/1e6)
 				return took
 			}},
 			benchkit.Arm{Name: "limit", Run: func() time.Duration {
@@ -135,7 +86,7 @@ func BenchmarkPrune(b *testing.B) {
 				took := benchkit.Timed(func() {
 					for _, sql := range bareDeletes {
 						var tag pgconn.CommandTag
-						slowest = max(slowest, benchkit.Timed(func() { tag = exec(b, db.Pool, sql) }))
+						slowest = max(slowest, benchkit.Timed(func() { tag = testdb.Exec(b, db.Pool, sql) }))
 						deleted += tag.RowsAffected()
 					}
 				})

@@ -14,13 +14,17 @@
 package prune
 
 import (
-	"cmp"
-	"log/slog"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
-	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Defaults of Config, as the configuration table of docs/design.md lists
@@ -32,27 +36,23 @@ const (
 	DefaultPassBudget = 20 * time.Second
 )
 
-// Keep as a retention deletes nothing of that kind. It is what a variable
-// set to 0 becomes (shared/config hands an explicit zero over as -1), and
-// what an unset EventsAfter means.
-const Keep time.Duration = -1
-
 // Config tunes the prune pass. A zero field means its default, applied by
-// New, so Config{} is the documented default configuration.
+// New, so Config{} is the documented default configuration. A retention of
+// pass.Off (0 in its variable) deletes nothing of that kind.
 type Config struct {
 	// Schema holds the outbox tables (OUTBOX_SCHEMA). Default "outbox".
 	Schema string `env:"OUTBOX_SCHEMA"`
 	// AckedAfter is how long an acked delivery is kept, from acked_at
-	// (PRUNE_ACKED_AFTER, default 24h; Keep, or 0 in the variable, keeps
-	// them forever).
+	// (PRUNE_ACKED_AFTER, default 24h; pass.Off keeps them forever).
 	AckedAfter time.Duration `env:"PRUNE_ACKED_AFTER"`
 	// DeadAfter is how long a dead delivery is kept, from dead_at, so an
 	// operator has time to look at it and retry it (PRUNE_DEAD_AFTER,
-	// default 168h; Keep, or 0, keeps them).
+	// default 168h; pass.Off keeps them).
 	DeadAfter time.Duration `env:"PRUNE_DEAD_AFTER"`
 	// EventsAfter is how long an event (real or placeholder) is kept, from
-	// recorded_at (PRUNE_EVENTS_AFTER, default: kept forever). Never an
-	// event above the fill watermark or the slowest registered consumer.
+	// recorded_at (PRUNE_EVENTS_AFTER, default pass.Off: kept forever).
+	// Never an event above the fill watermark or the slowest registered
+	// consumer.
 	EventsAfter time.Duration `env:"PRUNE_EVENTS_AFTER"`
 	// BatchLimit caps the rows one delete statement removes
 	// (PRUNE_BATCH_LIMIT, default 5000), keeping each transaction short.
@@ -62,78 +62,165 @@ type Config struct {
 	PassBudget time.Duration `env:"PRUNE_PASS_BUDGET"`
 }
 
-// WithDefaults fills in every zero field. EventsAfter has no default but
-// Keep.
-func (c Config) WithDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
-	c.AckedAfter = cmp.Or(c.AckedAfter, DefaultAckedAfter)
-	c.DeadAfter = cmp.Or(c.DeadAfter, DefaultDeadAfter)
-	c.EventsAfter = cmp.Or(c.EventsAfter, Keep)
-	c.BatchLimit = cmp.Or(c.BatchLimit, DefaultBatchLimit)
-	c.PassBudget = cmp.Or(c.PassBudget, DefaultPassBudget)
-	return c
+// bounds is every numeric field's default and accepted values, once.
+var bounds = []pass.Bound{
+	pass.Dur("AckedAfter", "PRUNE_ACKED_AFTER", DefaultAckedAfter, pass.AtLeast(time.Second)).OrOff("keeping acked deliveries"),
+	pass.Dur("DeadAfter", "PRUNE_DEAD_AFTER", DefaultDeadAfter, pass.AtLeast(time.Second)).OrOff("keeping dead deliveries"),
+	pass.Dur("EventsAfter", "PRUNE_EVENTS_AFTER", pass.Off, pass.AtLeast(time.Second)).OrOff("keeping events"),
+	pass.Int("BatchLimit", "PRUNE_BATCH_LIMIT", DefaultBatchLimit, pass.Ints(1, 100_000)),
+	pass.PassBudget("PRUNE_PASS_BUDGET", DefaultPassBudget),
 }
 
-// Validate is the one check of a Config, on its defaults; its errors (a
-// *setting.Error) name the field, which shared/config turns into the
-// variable's name.
-func (c Config) Validate() error {
-	c = c.WithDefaults()
-	v := setting.Checker{Pass: "prune"}
-	_, err := store.ParseSchema(c.Schema)
-	v.Check(err == nil, "Schema", c.Schema, "must be a plain lower-case identifier, not pg_*")
-	retention := func(d time.Duration) bool { return d == Keep || d >= time.Second }
-	v.Check(retention(c.AckedAfter), "AckedAfter", c.AckedAfter, "must be at least 1s, or 0 to keep acked deliveries")
-	v.Check(retention(c.DeadAfter), "DeadAfter", c.DeadAfter, "must be at least 1s, or 0 to keep dead deliveries")
-	v.Check(retention(c.EventsAfter), "EventsAfter", c.EventsAfter, "must be at least 1s, or 0 to keep events")
-	v.Check(c.BatchLimit >= 1 && c.BatchLimit <= 100_000, "BatchLimit", c.BatchLimit, "must be between 1 and 100000")
-	v.Check(c.PassBudget >= 100*time.Millisecond && c.PassBudget <= setting.MaxPassBudget, "PassBudget", c.PassBudget, "must be between 100ms and 15m (Lambda's longest timeout)")
-	return v.Err()
-}
+// Bounds, WithDefaults and Validate are the Config's one table of
+// defaults and accepted values, applied by the kit: a zero field means its
+// default, and Validate's error (a *setting.Error) names the field, which
+// shared/config turns into the variable's name.
+func (Config) Bounds() []pass.Bound   { return bounds }
+func (c Config) WithDefaults() Config { return pass.WithDefaults(c, bounds) }
+func (c Config) Validate() error      { return pass.Validate("prune", c, bounds) }
 
-// Options are the injectable parts of a Service.
+// Options are the injectable parts of a Service. Now is the pass's clock,
+// for the budget and duration_ms only: retention cutoffs use the database
+// clock.
 type Options struct {
-	// Now is the pass's clock, for the budget and duration_ms only.
-	// Retention cutoffs use the database clock. Default time.Now.
-	Now func() time.Time
-	// Logger receives the one line per pass; slog.Default() by default.
-	Logger *slog.Logger
-	// Metrics receives the EMF line per pass; metrics.New("prune") by default.
-	Metrics *metrics.Emitter
+	pass.Options
 }
 
 // Service runs prune passes. It is safe for concurrent use, and several
 // passes may overlap (a slow pass and the next hour's): each row is
 // deleted by exactly one of them, and neither waits for the other.
 type Service struct {
-	db         store.DB
+	// Handler's Handle is the Lambda handler: one pass, one JSON log line,
+	// one EMF line, and the Result as the response; the input (a scheduled
+	// event, a Scheduler Input, `{}`) means "prune now".
+	*pass.Handler[json.RawMessage, *Result, *Result]
+	kit        *pass.Kit
 	cfg        Config
-	opts       Options
 	deliveries *store.DeliveryPrune
 	events     *store.EventPrune
-	state      stateSQL
+	state      pass.StateTable
 }
 
 // New applies the defaults, validates cfg and returns a Service that runs
 // its statements on db (a pool; each statement is its own transaction).
-func New(db store.DB, cfg Config, opts Options) (*Service, error) {
-	if db == nil {
-		return nil, &setting.Error{Pass: "prune", Field: "db", Value: nil, Reason: "must not be nil"}
-	}
-	if err := cfg.Validate(); err != nil {
+func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
+	kit, cfg, err := pass.Configure("prune", db, cfg, opts.Options)
+	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.WithDefaults()
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	opts.Logger = cmp.Or(opts.Logger, slog.Default())
-	opts.Metrics = cmp.Or(opts.Metrics, metrics.New("prune"))
 	schema := store.MustSchema(cfg.Schema)
-	return &Service{
-		db: db, cfg: cfg, opts: opts,
+	s := &Service{
+		kit: kit, cfg: cfg,
 		deliveries: store.NewDeliveryPrune(schema),
 		events:     store.NewEventPrune(schema),
-		state:      newStateSQL(schema),
-	}, nil
+		state:      pass.NewStateTable(stateFile, "prune_state", cfg.Schema),
+	}
+	s.Handler = pass.Scheduled("prune", &kit.Options, s.RunOnce)
+	return s, nil
+}
+
+// RunOnce is one pass (the input says nothing it needs): batches of
+// deliveries and of events, taken in turns so a large backlog of one kind
+// never starves the other, until both are done or the budget ends; then
+// one statement records the pass, on every way out (pass.Run.Finish). A
+// statement the budget ended is a normal end (named in TimedOut, with
+// More set); an error means the database failed, or ctx ended. Each batch
+// commits on its own, so whatever the pass did stays done.
+func (s *Service) RunOnce(ctx context.Context, _ json.RawMessage) (*Result, error) {
+	run := s.kit.Begin(ctx)
+	res := &Result{}
+	err := s.work(ctx, run, res)
+	if errors.Is(err, pass.ErrBudget) {
+		res.More = true
+	}
+	err = run.Finish(ctx, err, func(ctx context.Context) error {
+		return s.state.Record(ctx, run.Q, pgx.NamedArgs{"deliveries": res.DeletedDeliveries, "events": res.DeletedEvents})
+	})
+	return res, run.Close(&res.Summary, err)
+}
+
+// work runs the batches.
+func (s *Service) work(ctx context.Context, run *pass.Run, res *Result) error {
+	deliveries := newCursor(prunesDeliveries(s.cfg))
+	events := newCursor(s.cfg.EventsAfter != pass.Off)
+	if events.active {
+		b, err := s.events.Bound(ctx, run.Q)
+		if err != nil {
+			return err
+		}
+		res.bound(b)
+	}
+	for deliveries.active || events.active {
+		if !run.TimeLeft() {
+			res.More = true
+			return nil
+		}
+		if deliveries.active {
+			b, err := s.deliveries.Prune(ctx, run.Q, store.DeliveryPruneParams{Cursor: deliveries.at, AckedAfter: s.cfg.AckedAfter, DeadAfter: s.cfg.DeadAfter, Limit: s.cfg.BatchLimit})
+			if err != nil {
+				return err
+			}
+			res.Batches++
+			res.DeletedAcked += b.Acked
+			res.DeletedDead += b.Dead
+			res.DeletedDeliveries += b.Acked + b.Dead
+			deliveries.move(b.Cursor, b.Done)
+		}
+		if events.active {
+			b, err := s.events.Prune(ctx, run.Q, store.EventPruneParams{Cursor: events.at, OlderThan: s.cfg.EventsAfter, Limit: s.cfg.BatchLimit})
+			if err != nil {
+				return err
+			}
+			res.Batches++
+			res.DeletedEvents += b.Deleted
+			events.move(b.Cursor, b.Done)
+		}
+	}
+	return nil
+}
+
+// cursor is where the next batch of one table starts.
+type cursor struct {
+	at     int64
+	active bool // batches of this table remain in this pass
+}
+
+func newCursor(active bool) cursor { return cursor{active: active} }
+
+// move takes a batch's answer. A cursor that did not move ends the table
+// too: nothing left past it, whatever the batch said.
+func (c *cursor) move(to int64, done bool) {
+	c.active = !done && to > c.at
+	c.at = max(c.at, to)
+}
+
+// prunesDeliveries: at least one kind of delivery has a retention.
+func prunesDeliveries(c Config) bool { return c.AckedAfter != pass.Off || c.DeadAfter != pass.Off }
+
+//go:embed prune_state.sql
+var sqlFiles embed.FS
+
+var stateFile = sqltext.MustParse(sqlFiles, "prune_state.sql")
+
+// State is prune_state as an operator sees it (outboxkeeper status).
+type State struct {
+	Passes int64 `json:"passes"`
+	// LastPassAt is when the last pass ended, nil before the first.
+	LastPassAt             *time.Time `json:"last_pass_at"`
+	LastDeletedDeliveries  int64      `json:"last_deleted_deliveries"`
+	LastDeletedEvents      int64      `json:"last_deleted_events"`
+	DeletedDeliveriesTotal int64      `json:"deleted_deliveries_total"`
+	DeletedEventsTotal     int64      `json:"deleted_events_total"`
+}
+
+// ReadState reads the one row of prune_state (the zero State when an
+// operator deleted it: the next pass recreates it).
+func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
+	var s State
+	err := pass.NewStateTable(stateFile, "prune_state", schema.Name()).Read(ctx, q,
+		&s.Passes, &s.LastPassAt, &s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal)
+	if err != nil {
+		return State{}, err
+	}
+	return s, nil
 }

@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
 
@@ -26,7 +25,7 @@ func templateConfig(mut ...func(*prune.Config)) prune.Config {
 	return c
 }
 
-func newPruner(t testing.TB, db store.DB, cfg prune.Config) *prune.Service {
+func newPruner(t testing.TB, db pass.DB, cfg prune.Config) *prune.Service {
 	t.Helper()
 	s, err := prune.New(db, cfg, prune.Options{})
 	if err != nil {
@@ -37,29 +36,11 @@ func newPruner(t testing.TB, db store.DB, cfg prune.Config) *prune.Service {
 
 func run(t testing.TB, s *prune.Service) *prune.Result {
 	t.Helper()
-	res, err := s.RunOnce(context.Background())
+	res, err := s.RunOnce(context.Background(), nil)
 	if err != nil {
 		t.Fatalf("RunOnce: %v (partial %s)", err, res)
 	}
 	return res
-}
-
-func exec(t testing.TB, q store.Querier, sql string, args ...any) pgconn.CommandTag {
-	t.Helper()
-	tag, err := q.Exec(context.Background(), sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return tag
-}
-
-func scalar[T any](t testing.TB, q store.Querier, sql string, args ...any) T {
-	t.Helper()
-	var v T
-	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return v
 }
 
 // seedDeliveries inserts n rows of one shape: state, created ago, and its
@@ -73,7 +54,7 @@ func seedDeliveries(t testing.TB, db *testdb.DB, shape, state string, n int, cre
 		}
 		return d.Microseconds()
 	}
-	exec(t, db.Pool, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, created_at, acked_at, dead_at, delivered_at)
+	testdb.Exec(t, db.Pool, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, created_at, acked_at, dead_at, delivered_at)
 		SELECT $1, 'work', '\x00'::bytea, $2, 1,
 			now() - $4::bigint * interval '1 microsecond',
 			now() - $5::bigint * interval '1 microsecond',
@@ -84,22 +65,22 @@ func seedDeliveries(t testing.TB, db *testdb.DB, shape, state string, n int, cre
 
 func left(t testing.TB, db *testdb.DB, shape string) int64 {
 	t.Helper()
-	return scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE recipient = $1`, shape)
+	return testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE recipient = $1`, shape)
 }
 
 // seedEvents writes real events 1..n recorded `ago` in the past, with the
 // sequence moved past them, as publish would have.
 func seedEvents(t testing.TB, db *testdb.DB, from, to int64, ago time.Duration) {
 	t.Helper()
-	exec(t, db.Pool, `INSERT INTO outbox.events (sequence, xid, topic, payload, recorded_at)
+	testdb.Exec(t, db.Pool, `INSERT INTO outbox.events (sequence, xid, topic, payload, recorded_at)
 		SELECT g, '5'::xid8, 'seeded', '{}', now() - $3::bigint * interval '1 microsecond'
 		FROM generate_series($1::bigint, $2::bigint) g`, from, to, ago.Microseconds())
-	exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', GREATEST($1::bigint, (SELECT last_value FROM outbox.events_sequence_seq)))`, to)
+	testdb.Exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', GREATEST($1::bigint, (SELECT last_value FROM outbox.events_sequence_seq)))`, to)
 }
 
 func setWatermark(t testing.TB, db *testdb.DB, w int64) {
 	t.Helper()
-	exec(t, db.Pool, `UPDATE outbox.fill_state SET started = true, watermark = $1`, w)
+	testdb.Exec(t, db.Pool, `UPDATE outbox.fill_state SET started = true, watermark = $1`, w)
 }
 
 func eventsLeft(t testing.TB, db *testdb.DB) (n, lowest int64) {
@@ -154,7 +135,7 @@ func TestPruneKeepsDeadWhenTold(t *testing.T) {
 	db := testdb.New(t)
 	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
 	seedDeliveries(t, db, "dead-ancient", "dead", 4, 400*day, 0, 399*day, 399*day)
-	res := run(t, newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.DeadAfter = prune.Keep })))
+	res := run(t, newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.DeadAfter = pass.Off })))
 	if res.DeletedDead != 0 {
 		t.Errorf("deleted_dead = %d, want 0", res.DeletedDead)
 	}
@@ -178,10 +159,10 @@ func TestSecondPruneDeletesNothing(t *testing.T) {
 	if second := run(t, s); second.DeletedDeliveries != 0 {
 		t.Errorf("second pass deleted %d, want 0", second.DeletedDeliveries)
 	}
-	if passes := scalar[int64](t, db.Pool, `SELECT passes FROM outbox.prune_state`); passes != 2 {
+	if passes := testdb.Scalar[int64](t, db.Pool, `SELECT passes FROM outbox.prune_state`); passes != 2 {
 		t.Errorf("prune_state.passes = %d, want 2", passes)
 	}
-	if total := scalar[int64](t, db.Pool, `SELECT deleted_deliveries_total FROM outbox.prune_state`); total != 12 {
+	if total := testdb.Scalar[int64](t, db.Pool, `SELECT deleted_deliveries_total FROM outbox.prune_state`); total != 12 {
 		t.Errorf("prune_state.deleted_deliveries_total = %d, want 12", total)
 	}
 }
@@ -254,7 +235,7 @@ func TestPruneNeverDeletesAnEventAConsumerHasNotPassed(t *testing.T) {
 	db := testdb.New(t)
 	seedEvents(t, db, 1, 100, 2*day)
 	setWatermark(t, db, 100)
-	exec(t, db.Pool, `SELECT outbox.commit_position('billing', 30), outbox.commit_position('search', 70)`)
+	testdb.Exec(t, db.Pool, `SELECT outbox.commit_position('billing', 30), outbox.commit_position('search', 70)`)
 	res := run(t, newPruner(t, db.Pool, templateConfig()))
 	if res.DeletedEvents != 30 {
 		t.Errorf("deleted_events = %d, want 30", res.DeletedEvents)
@@ -269,7 +250,7 @@ func TestPruneNeverDeletesAnEventAConsumerHasNotPassed(t *testing.T) {
 		t.Errorf("events_upto = %v, want 30", res.EventsUpto)
 	}
 	// billing moves on: the next pass follows it, not beyond search.
-	exec(t, db.Pool, `SELECT outbox.commit_position('billing', 90)`)
+	testdb.Exec(t, db.Pool, `SELECT outbox.commit_position('billing', 90)`)
 	res = run(t, newPruner(t, db.Pool, templateConfig()))
 	if res.DeletedEvents != 40 {
 		t.Errorf("second pass deleted_events = %d, want 40", res.DeletedEvents)
@@ -301,8 +282,8 @@ func TestPruneDeletesPlaceholders(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	seedEvents(t, db, 1, 10, 2*day)
-	exec(t, db.Pool, `INSERT INTO outbox.events (sequence, filled_by, recorded_at) VALUES (11, 'fill', now() - interval '2 days')`)
-	exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', 11)`)
+	testdb.Exec(t, db.Pool, `INSERT INTO outbox.events (sequence, filled_by, recorded_at) VALUES (11, 'fill', now() - interval '2 days')`)
+	testdb.Exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', 11)`)
 	setWatermark(t, db, 11)
 	if res := run(t, newPruner(t, db.Pool, templateConfig())); res.DeletedEvents != 11 {
 		t.Errorf("deleted_events = %d, want 11", res.DeletedEvents)
@@ -330,7 +311,7 @@ func TestOverlappingPrunePassesDeleteEachRowOnce(t *testing.T) {
 		s := newPruner(t, db.Pool, cfg)
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = s.RunOnce(context.Background())
+			results[i], errs[i] = s.RunOnce(context.Background(), nil)
 		})
 	}
 	close(start)
@@ -417,7 +398,7 @@ func TestPruneBlockedOnALockEndsOnItsBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.PassBudget = 500 * time.Millisecond }))
-	res, err := s.RunOnce(ctx)
+	res, err := s.RunOnce(ctx, nil)
 	if err != nil {
 		t.Fatalf("RunOnce: %v, want a normal response", err)
 	}
@@ -440,9 +421,26 @@ func TestPruneCancelled(t *testing.T) {
 	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx)
+	_, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("RunOnce on a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// The finish rule: a pass whose invocation was cancelled still records
+// itself in prune_state, in the time the budget keeps for its last
+// statement.
+func TestACancelledPruneIsStillRecorded(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunOnce on a cancelled context: %v, want context.Canceled", err)
+	}
+	if passes := testdb.Scalar[int64](t, db.Pool, `SELECT passes FROM outbox.prune_state`); passes != 1 {
+		t.Errorf("prune_state.passes = %d after a cancelled pass, want it recorded", passes)
 	}
 }
 
@@ -455,7 +453,7 @@ func TestPruneKeepsARowReopenedWhileItsBatchWaited(t *testing.T) {
 	db := testdb.New(t)
 	seedDeliveries(t, db, "acked-old", "acked", 10, 3*day, 2*day, 0, 2*day)
 	ctx := context.Background()
-	reopened := scalar[int64](t, db.Pool, `SELECT min(id) + 4 FROM outbox.deliveries`)
+	reopened := testdb.Scalar[int64](t, db.Pool, `SELECT min(id) + 4 FROM outbox.deliveries`)
 	operator := db.Connect(t)
 	tx, err := operator.Begin(ctx)
 	if err != nil {
@@ -467,7 +465,7 @@ func TestPruneKeepsARowReopenedWhileItsBatchWaited(t *testing.T) {
 	}
 	done := make(chan *prune.Result, 1)
 	go func() {
-		res, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx)
+		res, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx, nil)
 		if err != nil {
 			t.Errorf("RunOnce: %v", err)
 		}
@@ -475,7 +473,7 @@ func TestPruneKeepsARowReopenedWhileItsBatchWaited(t *testing.T) {
 	}()
 	// The pass's delete waits on the operator's row lock.
 	deadline := time.Now().Add(10 * time.Second)
-	for scalar[int64](t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, store.DeliveriesSQL.Tag("prune")+"%") == 0 {
+	for testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, store.DeliveriesSQL.Tag("prune")+"%") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the prune's delete never waited on the reopened row")
 		}
@@ -491,7 +489,7 @@ func TestPruneKeepsARowReopenedWhileItsBatchWaited(t *testing.T) {
 	if res.DeletedDeliveries != 9 {
 		t.Errorf("deleted_deliveries = %d, want the 9 still acked", res.DeletedDeliveries)
 	}
-	if state := scalar[string](t, db.Pool, `SELECT coalesce((SELECT state FROM outbox.deliveries WHERE id = $1), 'deleted')`, reopened); state != "pending" {
+	if state := testdb.Scalar[string](t, db.Pool, `SELECT coalesce((SELECT state FROM outbox.deliveries WHERE id = $1), 'deleted')`, reopened); state != "pending" {
 		t.Errorf("the reopened row is %s, want it kept as pending", state)
 	}
 }

@@ -1,13 +1,9 @@
 package prune
 
 import (
-	"encoding/json"
-	"fmt"
-	"log/slog"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Result is what one pass did: the Lambda response, the log line (LogValue)
@@ -35,14 +31,8 @@ type Result struct {
 	// More says the pass ended on its budget with work left; the next
 	// pass continues.
 	More bool `json:"more"`
-	// TimedOut names the statement the budget ended, when it ended one
-	// (a lock held by another session, most often).
-	TimedOut string `json:"timed_out,omitempty"`
-	// Statements is every statement the pass sent.
-	Statements int64 `json:"statements"`
-	// DurationMS is the pass's wall time.
-	DurationMS int64  `json:"duration_ms"`
-	Error      string `json:"error,omitempty"`
+	// Summary is timed_out, statements, duration_ms and error.
+	pass.Summary
 }
 
 // bound records what bounds the event prune.
@@ -56,17 +46,7 @@ func (r *Result) bound(b store.PruneBound) {
 }
 
 // String is the Result as its JSON response.
-func (r *Result) String() string {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Sprintf("unprintable prune result: %v", err)
-	}
-	return string(b)
-}
-
-// LogValue makes the log line the response: every JSON field of the
-// Result, under the same names.
-func (r *Result) LogValue() slog.Value { return logging.JSONValue(r) }
+func (r *Result) String() string { return pass.String(r) }
 
 // Metrics are the EMF values of one pass.
 func (r *Result) Metrics() []metrics.Metric {

@@ -1,33 +1,20 @@
 package prune
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
-
-// nopDB satisfies store.DB for construction-only tests; it is never
-// queried.
-type nopDB struct{}
-
-func (nopDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	panic("not queried")
-}
-func (nopDB) Query(context.Context, string, ...any) (pgx.Rows, error) { panic("not queried") }
-func (nopDB) QueryRow(context.Context, string, ...any) pgx.Row        { panic("not queried") }
-func (nopDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults  { panic("not queried") }
 
 func TestZeroConfigIsTheDefaults(t *testing.T) {
 	t.Parallel()
 	got := Config{}.WithDefaults()
-	want := Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: Keep,
+	want := Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: pass.Off,
 		BatchLimit: 5000, PassBudget: 20 * time.Second}
 	if got != want {
 		t.Fatalf("Config{}.WithDefaults() = %+v, want %+v", got, want)
@@ -36,11 +23,11 @@ func TestZeroConfigIsTheDefaults(t *testing.T) {
 
 func TestNewAcceptsTheDefaultsAndKeep(t *testing.T) {
 	t.Parallel()
-	if _, err := New(nopDB{}, Config{}, Options{}); err != nil {
+	if _, err := New(testdb.NopDB{}, Config{}, Options{}); err != nil {
 		t.Errorf("defaults refused: %v", err)
 	}
-	if _, err := New(nopDB{}, Config{AckedAfter: Keep, DeadAfter: Keep, EventsAfter: Keep}, Options{}); err != nil {
-		t.Errorf("Keep refused: %v", err)
+	if _, err := New(testdb.NopDB{}, Config{AckedAfter: pass.Off, DeadAfter: pass.Off, EventsAfter: pass.Off}, Options{}); err != nil {
+		t.Errorf("pass.Off refused: %v", err)
 	}
 }
 
@@ -55,15 +42,16 @@ func TestNewRefusesEachBadSettingByName(t *testing.T) {
 		"Schema":      {Schema: "Robert'); DROP"},
 	}
 	for field, c := range bad {
-		_, err := New(nopDB{}, c, Options{})
-		var se *setting.Error
-		if !errors.As(err, &se) {
-			t.Errorf("%s: err = %v, want a *setting.Error", field, err)
-			continue
-		}
-		if se.Field != field {
-			t.Errorf("%s: the error names %s", field, se.Field)
-		}
+		t.Run(field, func(t *testing.T) {
+			_, err := New(testdb.NopDB{}, c, Options{})
+			var se *setting.Error
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v, want a *setting.Error", err)
+			}
+			if se.Field != field {
+				t.Errorf("the error names %s", se.Field)
+			}
+		})
 	}
 	if _, err := New(nil, Config{}, Options{}); err == nil {
 		t.Error("nil database accepted")
@@ -95,17 +83,17 @@ func TestDeliveriesArePrunedUnlessBothKept(t *testing.T) {
 	if !prunesDeliveries(Config{}.WithDefaults()) {
 		t.Error("the defaults prune no deliveries")
 	}
-	if !prunesDeliveries(Config{DeadAfter: Keep}.WithDefaults()) {
+	if !prunesDeliveries(Config{DeadAfter: pass.Off}.WithDefaults()) {
 		t.Error("dead kept: acked deliveries not pruned")
 	}
-	if prunesDeliveries(Config{AckedAfter: Keep, DeadAfter: Keep}.WithDefaults()) {
+	if prunesDeliveries(Config{AckedAfter: pass.Off, DeadAfter: pass.Off}.WithDefaults()) {
 		t.Error("both kept: deliveries still pruned")
 	}
 }
 
 func TestMetricsCarryThePassFigures(t *testing.T) {
 	t.Parallel()
-	r := &Result{DeletedDeliveries: 7, DeletedEvents: 3, Statements: 4, DurationMS: 12}
+	r := &Result{DeletedDeliveries: 7, DeletedEvents: 3, Summary: pass.Summary{Statements: 4, DurationMS: 12}}
 	got := map[string]float64{}
 	for _, m := range r.Metrics() {
 		got[m.Name] = m.Value

@@ -77,7 +77,7 @@ func (l *loaded) read(row pgx.Row, lease ...any) error {
 // while its budget lasts, and learns where the relay stands.
 func (p *invocation) acquire(ctx context.Context) error {
 	var l loaded
-	err := p.hold.Acquire(ctx, !p.s.cfg.Bounded, p.s.rides.acquire, p.args(), l.read)
+	err := p.hold.Acquire(ctx, pass.AcquireParams{Watch: !p.s.cfg.Bounded, Ride: p.s.rides.acquire, Args: p.args(), Read: l.read})
 	p.res.LeaseWaitMS = p.hold.WaitMS
 	if err != nil {
 		return err

@@ -19,7 +19,6 @@ package relay
 
 import (
 	"cmp"
-	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -126,11 +125,11 @@ type Config struct {
 
 // bounds is every numeric field's default and accepted values, once.
 var bounds = []pass.Bound{
-	pass.Int("MaxAttempts", "RELAY_MAX_ATTEMPTS", DefaultMaxAttempts, 1, 1000).
+	pass.Int("MaxAttempts", "RELAY_MAX_ATTEMPTS", DefaultMaxAttempts, pass.Ints(1, 1000)).
 		OrOff("never park (the relay then stops at a refused event)"),
-	pass.Dur("Tick", "RELAY_TICK", DefaultTick, 10*time.Millisecond, time.Minute),
-	pass.Int("BatchLimit", "RELAY_BATCH_LIMIT", DefaultBatchLimit, 1, outbox.MaxRead).Because("read_events returns at most 10000"),
-	pass.Int("Concurrency", "RELAY_CONCURRENCY", DefaultConcurrency, 1, 64),
+	pass.Dur("Tick", "RELAY_TICK", DefaultTick, pass.Durations(10*time.Millisecond, time.Minute)),
+	pass.Int("BatchLimit", "RELAY_BATCH_LIMIT", DefaultBatchLimit, pass.Ints(1, outbox.MaxRead)).Because("read_events returns at most 10000"),
+	pass.Int("Concurrency", "RELAY_CONCURRENCY", DefaultConcurrency, pass.Ints(1, 64)),
 	pass.PassBudget("RELAY_PASS_BUDGET", DefaultPassBudget),
 }
 
@@ -165,7 +164,7 @@ func (c Config) Validate() error {
 
 func (c Config) parse() (parsed, error) {
 	var p parsed
-	if err := pass.Validate("relay", c, c.Schema, bounds); err != nil {
+	if err := pass.Validate("relay", c, bounds); err != nil {
 		return p, err
 	}
 	v := setting.Checker{Pass: "relay"}
@@ -218,6 +217,12 @@ type Options struct {
 
 // Service runs relay passes for one relay.
 type Service struct {
+	// Handler's Handle is the Lambda handler: the input (an EventBridge
+	// Scheduler Input, a scheduled-event envelope, `{}`) says nothing the
+	// pass needs. It runs one pass, writes one JSON log line and one EMF
+	// line, and returns the Result as the response; a database that failed
+	// for the whole budget is an error, so Lambda counts it. Waiting is not.
+	*pass.Handler[json.RawMessage, *Result, *Result]
 	kit    *pass.Kit
 	cfg    Config
 	sender *target.Sender
@@ -244,12 +249,11 @@ type rides struct {
 // target's SDK client. db is normally the function's pool: every
 // statement is its own transaction.
 func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
-	cfg = cfg.WithDefaults()
-	p, err := cfg.parse()
+	kit, cfg, err := pass.Configure("relay", db, cfg, opts.Options)
 	if err != nil {
 		return nil, err
 	}
-	kit, err := pass.NewKit("relay", db, cfg.PassBudget, opts.Options)
+	p, err := cfg.parse()
 	if err != nil {
 		return nil, err
 	}
@@ -275,17 +279,8 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		sql:   sql,
 		round: roundSize(sender.Limits().Entries, cfg.Concurrency),
 	}
-	s.handle = &pass.Handler[json.RawMessage, *Result, *Result]{Name: "relay", Run: s.RunOnce, Respond: pass.Response[*Result], Options: &kit.Options}
+	s.Handler = pass.Scheduled("relay", &kit.Options, s.RunOnce)
 	return s, nil
-}
-
-// Handle is the Lambda handler: the input (an EventBridge Scheduler Input,
-// a scheduled-event envelope, `{}`) says nothing the pass needs. It runs
-// one pass, writes one JSON log line and one EMF line, and returns the
-// Result as the response; a database that failed for the whole budget is
-// an error, so Lambda counts it. Waiting is not.
-func (s *Service) Handle(ctx context.Context, in json.RawMessage) (*Result, error) {
-	return s.handle.Handle(ctx, in)
 }
 
 // Config is the Service's configuration, its defaults applied.

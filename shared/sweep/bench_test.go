@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -75,7 +76,7 @@ func BenchmarkResetStuck(b *testing.B) {
 	ctx := context.Background()
 	seed := func(acked int) *testdb.DB {
 		db := testdb.New(b)
-		exec(b, db.Pool, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, delivered_at, acked_at)
+		testdb.Exec(b, db.Pool, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, delivered_at, acked_at)
 			SELECT 'agent:' || g, 'work', '\x00'::bytea, 'acked', 1, now(), now() FROM generate_series(1, $1) g`, acked)
 		seedDelivered(b, db, n, time.Hour)
 		return db
@@ -84,9 +85,9 @@ func BenchmarkResetStuck(b *testing.B) {
 	// restick makes every row that is not history stuck again, and vacuums
 	// the versions the last arm left, so each arm finds the same table.
 	restick := func(db *testdb.DB) {
-		exec(b, db.Pool, `UPDATE outbox.deliveries SET state = 'delivered', redeliveries = 0,
+		testdb.Exec(b, db.Pool, `UPDATE outbox.deliveries SET state = 'delivered', redeliveries = 0,
 			delivered_at = now() - interval '1 hour' WHERE state <> 'acked'`)
-		exec(b, db.Pool, `VACUUM ANALYZE outbox.deliveries`)
+		testdb.Exec(b, db.Pool, `VACUUM ANALYZE outbox.deliveries`)
 	}
 	pass := func(db *testdb.DB) func() time.Duration {
 		s := newSweeper(b, db.Pool) // SWEEP_BATCH_LIMIT default 1000
@@ -119,7 +120,7 @@ func BenchmarkResetStuck(b *testing.B) {
 			benchkit.Arm{Name: "limit", Run: func() time.Duration {
 				restick(withHistory)
 				var tag pgconn.CommandTag
-				took := benchkit.Timed(func() { tag = exec(b, withHistory.Pool, bareUpdate) })
+				took := benchkit.Timed(func() { tag = testdb.Exec(b, withHistory.Pool, bareUpdate) })
 				if tag.RowsAffected() != int64(n) {
 					b.Fatalf("limit: updated %d, want %d", tag.RowsAffected(), n)
 				}
@@ -150,12 +151,12 @@ func BenchmarkSweepPooler(b *testing.B) {
 	db := testdb.New(b)
 	seedDelivered(b, db, n, time.Hour)
 	direct, pooled := db.FunctionPools(b)
-	arm := func(name string, pool store.DB) benchkit.Arm {
+	arm := func(name string, pool pass.DB) benchkit.Arm {
 		s := newSweeper(b, pool)
 		return benchkit.Arm{Name: name, Run: func() time.Duration {
-			exec(b, db.Pool, `UPDATE outbox.deliveries SET state = 'delivered', redeliveries = 0,
+			testdb.Exec(b, db.Pool, `UPDATE outbox.deliveries SET state = 'delivered', redeliveries = 0,
 				delivered_at = now() - interval '1 hour' WHERE state <> 'acked'`)
-			exec(b, db.Pool, `VACUUM ANALYZE outbox.deliveries`)
+			testdb.Exec(b, db.Pool, `VACUUM ANALYZE outbox.deliveries`)
 			var res *sweep.Result
 			took := benchkit.Timed(func() { res = run(b, s) })
 			if res.Reset != int64(n) {

@@ -1,12 +1,8 @@
 package sweep
 
 import (
-	"encoding/json"
-	"fmt"
-	"log/slog"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Result is what one pass did: the Lambda response, the log line (LogValue)
@@ -32,30 +28,14 @@ type Result struct {
 	// More says the pass ended on its budget with stuck rows left; the next
 	// pass continues.
 	More bool `json:"more"`
-	// TimedOut names the statement the budget ended, when it ended one
-	// (a lock another session holds, most often).
-	TimedOut string `json:"timed_out,omitempty"`
-	// Statements is every statement the pass sent.
-	Statements int64 `json:"statements"`
-	// DurationMS is the pass's wall time.
-	DurationMS int64  `json:"duration_ms"`
-	Error      string `json:"error,omitempty"`
+	// Summary is timed_out, statements, duration_ms and error.
+	pass.Summary
 
 	counted bool // Open/OldestOpenAgeS were read (metrics skip them if not)
 }
 
 // String is the Result as its JSON response.
-func (r *Result) String() string {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Sprintf("unprintable sweep result: %v", err)
-	}
-	return string(b)
-}
-
-// LogValue makes the log line the response: every JSON field of the
-// Result, under the same names.
-func (r *Result) LogValue() slog.Value { return logging.JSONValue(r) }
+func (r *Result) String() string { return pass.String(r) }
 
 // Metrics are the EMF values of one pass. The open-work gauges are left out
 // when the pass failed before reading them, rather than reported as 0.

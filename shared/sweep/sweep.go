@@ -17,17 +17,17 @@
 package sweep
 
 import (
-	"cmp"
 	"context"
-	"errors"
+	"embed"
+	"encoding/json"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
-	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Defaults of Config, as the configuration table of docs/design.md lists
@@ -38,10 +38,6 @@ const (
 	DefaultMaxRedeliveries = 10
 	DefaultPassBudget      = 20 * time.Second
 )
-
-// NeverDead as Config.MaxRedeliveries resets a stuck row however often it
-// comes back, and never marks it dead.
-const NeverDead = -1
 
 // Config tunes the sweep pass. A zero field means its default, applied by
 // New, so Config{} is the documented default configuration.
@@ -56,7 +52,7 @@ type Config struct {
 	// (SWEEP_BATCH_LIMIT, default 1000).
 	BatchLimit int `env:"SWEEP_BATCH_LIMIT"`
 	// MaxRedeliveries is how many resets a row gets before a stuck push
-	// makes it dead (SWEEP_MAX_REDELIVERIES, default 10; NeverDead for
+	// makes it dead (SWEEP_MAX_REDELIVERIES, default 10; pass.Off for
 	// never).
 	MaxRedeliveries int `env:"SWEEP_MAX_REDELIVERIES"`
 	// PassBudget bounds one pass (SWEEP_PASS_BUDGET, default 20s); the
@@ -64,156 +60,117 @@ type Config struct {
 	PassBudget time.Duration `env:"SWEEP_PASS_BUDGET"`
 }
 
-// WithDefaults fills in every zero field.
-func (c Config) WithDefaults() Config {
-	c.Schema = cmp.Or(c.Schema, store.DefaultSchema)
-	c.StuckAfter = cmp.Or(c.StuckAfter, DefaultStuckAfter)
-	c.BatchLimit = cmp.Or(c.BatchLimit, DefaultBatchLimit)
-	c.MaxRedeliveries = cmp.Or(c.MaxRedeliveries, DefaultMaxRedeliveries)
-	c.PassBudget = cmp.Or(c.PassBudget, DefaultPassBudget)
-	return c
+// bounds is every numeric field's default and accepted values, once.
+var bounds = []pass.Bound{
+	pass.Dur("StuckAfter", "SWEEP_STUCK_AFTER", DefaultStuckAfter, pass.AtLeast(time.Second)),
+	pass.Int("BatchLimit", "SWEEP_BATCH_LIMIT", DefaultBatchLimit, pass.Ints(1, 100_000)),
+	pass.Int("MaxRedeliveries", "SWEEP_MAX_REDELIVERIES", DefaultMaxRedeliveries, pass.Ints(1, 1_000_000)).OrOff("never dead"),
+	pass.PassBudget("SWEEP_PASS_BUDGET", DefaultPassBudget),
 }
 
-// Validate is the one check of a Config, on its defaults; its errors (a
-// *setting.Error) name the field, which shared/config turns into the
-// variable's name.
-func (c Config) Validate() error {
-	c = c.WithDefaults()
-	v := setting.Checker{Pass: "sweep"}
-	_, err := store.ParseSchema(c.Schema)
-	v.Check(err == nil, "Schema", c.Schema, "must be a plain lower-case identifier, not pg_*")
-	v.Check(c.StuckAfter >= time.Second, "StuckAfter", c.StuckAfter, "must be at least 1s")
-	v.Check(c.BatchLimit >= 1 && c.BatchLimit <= 100_000, "BatchLimit", c.BatchLimit, "must be between 1 and 100000")
-	v.Check(c.MaxRedeliveries == NeverDead || c.MaxRedeliveries >= 1 && c.MaxRedeliveries <= 1_000_000,
-		"MaxRedeliveries", c.MaxRedeliveries, "must be between 0 (never dead) and 1000000")
-	v.Check(c.PassBudget >= 100*time.Millisecond && c.PassBudget <= setting.MaxPassBudget, "PassBudget", c.PassBudget, "must be between 100ms and 15m (Lambda's longest timeout)")
-	return v.Err()
-}
+// Bounds, WithDefaults and Validate are the Config's one table of
+// defaults and accepted values, applied by the kit: a zero field means its
+// default, and Validate's error (a *setting.Error) names the field, which
+// shared/config turns into the variable's name.
+func (Config) Bounds() []pass.Bound   { return bounds }
+func (c Config) WithDefaults() Config { return pass.WithDefaults(c, bounds) }
+func (c Config) Validate() error      { return pass.Validate("sweep", c, bounds) }
 
 // maxRedeliveries is the reset statement's limit: 0 there means never.
 func (c Config) maxRedeliveries() int { return max(c.MaxRedeliveries, 0) }
 
-// Options are the injectable parts of a Service.
+// Options are the injectable parts of a Service. Now is the pass's clock,
+// for the budget and duration_ms only: stuck thresholds use the database
+// clock.
 type Options struct {
-	// Now is the pass's clock, for the budget and duration_ms only. Stuck
-	// thresholds use the database clock. Default time.Now.
-	Now func() time.Time
-	// Logger receives the one line per pass; slog.Default() by default.
-	Logger *slog.Logger
-	// Metrics receives the EMF line per pass; metrics.New("sweep") by default.
-	Metrics *metrics.Emitter
+	pass.Options
 }
 
 // Service runs sweep passes. It is safe for concurrent use, and several
 // Services (several Lambda environments) may run at once: each row is moved
 // by exactly one of them.
 type Service struct {
-	db         store.DB
+	// Handler's Handle is the Lambda handler: one pass, one JSON log line,
+	// one EMF line, and the Result as the response; the input (a scheduled
+	// event, a Scheduler Input, `{}`) means "sweep now".
+	*pass.Handler[json.RawMessage, *Result, *Result]
+	kit        *pass.Kit
 	cfg        Config
-	opts       Options
 	deliveries *store.DeliverySweep
-	state      stateSQL
+	state      pass.StateTable
 }
 
 // New applies the defaults, validates cfg and returns a Service that runs
 // its statements on db (a pool; each statement is its own transaction).
-func New(db store.DB, cfg Config, opts Options) (*Service, error) {
-	if db == nil {
-		return nil, &setting.Error{Pass: "sweep", Field: "db", Value: nil, Reason: "must not be nil"}
-	}
-	if err := cfg.Validate(); err != nil {
+func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
+	kit, cfg, err := pass.Configure("sweep", db, cfg, opts.Options)
+	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.WithDefaults()
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	opts.Logger = cmp.Or(opts.Logger, slog.Default())
-	opts.Metrics = cmp.Or(opts.Metrics, metrics.New("sweep"))
-	schema := store.MustSchema(cfg.Schema)
-	return &Service{db: db, cfg: cfg, opts: opts, deliveries: store.NewDeliverySweep(schema), state: newStateSQL(schema)}, nil
+	s := &Service{kit: kit, cfg: cfg, deliveries: store.NewDeliverySweep(store.MustSchema(cfg.Schema)),
+		state: pass.NewStateTable(stateFile, "sweep_state", cfg.Schema)}
+	s.Handler = pass.Scheduled("sweep", &kit.Options, s.RunOnce)
+	return s, nil
 }
 
-// finishAllowance is how long after the budget's end the wake and the pass
-// record may take; budget.Margin keeps 2s before Lambda's deadline for
-// them, the log line and the metrics.
-const finishAllowance = time.Second
-
-// RunOnce is one pass:
+// RunOnce is one pass; the input says nothing the pass needs:
 //  1. count open work (one statement);
 //  2. reset stuck rows, one statement per batch, until a batch says none
 //     are left or the budget is spent;
 //  3. wake the relay once if any stuck work was found;
 //  4. record the pass in sweep_state (one statement).
 //
-// Every statement is bounded by the pass's deadline (store.Bounded): one
-// blocked on a lock another session holds ends the pass on its budget with
-// a normal result that names it in TimedOut. Any other failure is returned
-// with what was done so far. Every batch is one autocommitted statement,
-// so a failure or a cancelled context never leaves a batch half applied:
-// its rows stay delivered for the next pass.
-func (s *Service) RunOnce(ctx context.Context) (*Result, error) {
-	start := s.opts.Now()
-	limit := budget.For(ctx, s.cfg.PassBudget, start)
-	bounded := &store.Bounded{DB: s.db, Deadline: start.Add(limit), Now: s.opts.Now}
-	q := &store.Counting{Q: bounded}
+// Every statement is bounded by the pass's deadline: one blocked on a lock
+// another session holds ends the pass on its budget with a normal result
+// that names it in TimedOut. The wake and the record are the pass's last
+// statements, sent on every way out (pass.Run.Finish). Any other failure
+// is returned with what was done so far. Every batch is one autocommitted
+// statement, so a failure or a cancelled context never leaves a batch half
+// applied: its rows stay delivered for the next pass.
+func (s *Service) RunOnce(ctx context.Context, _ json.RawMessage) (*Result, error) {
+	run := s.kit.Begin(ctx)
 	res := &Result{}
-	err := s.pass(ctx, q, bounded, start, limit, res)
-	if errors.Is(err, store.ErrBudget) {
-		res.TimedOut, err = err.Error(), nil
-	}
-	res.Statements = q.Count()
-	res.DurationMS = s.opts.Now().Sub(start).Milliseconds()
-	if err != nil {
-		res.Error = err.Error()
-	}
-	return res, err
+	err := s.reset(ctx, run, res)
+	err = run.Finish(ctx, err, func(ctx context.Context) error { return s.finish(ctx, run, res) })
+	return res, run.Close(&res.Summary, err)
 }
 
-func (s *Service) pass(ctx context.Context, q store.Querier, bounded *store.Bounded, start time.Time, limit time.Duration, res *Result) error {
-	counts, err := s.deliveries.CountOpen(ctx, q, s.cfg.StuckAfter)
+// reset counts the open work and resets stuck rows, a batch a statement.
+func (s *Service) reset(ctx context.Context, run *pass.Run, res *Result) error {
+	counts, err := s.deliveries.CountOpen(ctx, run.Q, s.cfg.StuckAfter)
 	if err != nil {
-		return fmt.Errorf("sweep: %w", err)
+		return err
 	}
 	res.StuckPending, res.Open, res.OldestOpenAgeS, res.counted = counts.StuckPending, counts.Open, counts.OldestOpenAge, true
-
-	for {
-		if !budgetLeft(s.opts.Now().Sub(start), limit) {
-			// Stopped by the budget, not by running out of rows.
-			res.More = true
-			break
-		}
-		b, err := s.deliveries.ResetStuck(ctx, q, store.ResetParams{StuckAfter: s.cfg.StuckAfter, Limit: s.cfg.BatchLimit, MaxRedeliveries: s.cfg.maxRedeliveries()})
+	// The first batch runs whenever the budget is not already zero (a
+	// Lambda invoked within 2s of its deadline does nothing but count).
+	for run.TimeLeft() {
+		b, err := s.deliveries.ResetStuck(ctx, run.Q, store.ResetParams{StuckAfter: s.cfg.StuckAfter, Limit: s.cfg.BatchLimit, MaxRedeliveries: s.cfg.maxRedeliveries()})
 		if err != nil {
-			return fmt.Errorf("sweep: batch %d: %w", res.Batches+1, err)
+			return fmt.Errorf("batch %d: %w", res.Batches+1, err)
 		}
 		res.Batches++
 		res.Reset += b.Reset
 		res.Dead += b.Dead
 		if !b.More {
-			break
+			return nil
 		}
 	}
-
-	// The last two statements may run a moment past the budget.
-	bounded.Deadline = start.Add(limit + finishAllowance)
-	if shouldWake(res.Reset, res.Dead, res.StuckPending) {
-		if err := s.deliveries.Wake(ctx, q, res.Reset, res.StuckPending); err != nil {
-			return fmt.Errorf("sweep: %w", err)
-		}
-		res.Woken = true
-	}
-	if err := s.state.record(ctx, q, res); err != nil {
-		return fmt.Errorf("sweep: %w", err)
-	}
+	// Stopped by the budget, not by running out of rows.
+	res.More = true
 	return nil
 }
 
-// budgetLeft says whether another batch may start. The first batch runs
-// whenever the budget is not already zero (a Lambda invoked within 2s of
-// its deadline does nothing but count).
-func budgetLeft(elapsed, limit time.Duration) bool {
-	return elapsed < limit
+// finish wakes the relay (once) if the pass found stuck work, and records
+// the pass.
+func (s *Service) finish(ctx context.Context, run *pass.Run, res *Result) error {
+	if shouldWake(res.Reset, res.Dead, res.StuckPending) && !res.Woken {
+		if err := s.deliveries.Wake(ctx, run.Q, res.Reset, res.StuckPending); err != nil {
+			return err
+		}
+		res.Woken = true
+	}
+	return s.state.Record(ctx, run.Q, pgx.NamedArgs{"reset": res.Reset, "dead": res.Dead, "stuck_pending": res.StuckPending})
 }
 
 // shouldWake: one notification per pass, and only when the relay has
@@ -223,4 +180,33 @@ func budgetLeft(elapsed, limit time.Duration) bool {
 // stays silent, so an idle system sends no notifications.
 func shouldWake(reset, dead, stuckPending int64) bool {
 	return reset+dead+stuckPending > 0
+}
+
+//go:embed sweep_state.sql
+var sqlFiles embed.FS
+
+var stateFile = sqltext.MustParse(sqlFiles, "sweep_state.sql")
+
+// State is sweep_state as an operator sees it (outboxkeeper status).
+type State struct {
+	Passes int64 `json:"passes"`
+	// LastPassAt is when the last pass ended, nil before the first.
+	LastPassAt       *time.Time `json:"last_pass_at"`
+	LastReset        int64      `json:"last_reset"`
+	LastDead         int64      `json:"last_dead"`
+	LastStuckPending int64      `json:"last_stuck_pending"`
+	ResetsTotal      int64      `json:"resets_total"`
+	DeadTotal        int64      `json:"dead_total"`
+}
+
+// ReadState reads the one row of sweep_state (the zero State when an
+// operator deleted it: the next pass recreates it).
+func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
+	var s State
+	err := pass.NewStateTable(stateFile, "sweep_state", schema.Name()).Read(ctx, q,
+		&s.Passes, &s.LastPassAt, &s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal)
+	if err != nil {
+		return State{}, err
+	}
+	return s, nil
 }

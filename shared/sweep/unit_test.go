@@ -1,27 +1,15 @@
 package sweep
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
-
-// nopDB satisfies store.DB for construction-only tests; it is never
-// queried.
-type nopDB struct{}
-
-func (nopDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	panic("not queried")
-}
-func (nopDB) Query(context.Context, string, ...any) (pgx.Rows, error) { panic("not queried") }
-func (nopDB) QueryRow(context.Context, string, ...any) pgx.Row        { panic("not queried") }
-func (nopDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults  { panic("not queried") }
 
 func TestZeroConfigIsTheDefaults(t *testing.T) {
 	t.Parallel()
@@ -34,11 +22,11 @@ func TestZeroConfigIsTheDefaults(t *testing.T) {
 
 func TestNewAcceptsTheDefaultsAndNeverDead(t *testing.T) {
 	t.Parallel()
-	if _, err := New(nopDB{}, Config{}, Options{}); err != nil {
+	if _, err := New(testdb.NopDB{}, Config{}, Options{}); err != nil {
 		t.Errorf("defaults refused: %v", err)
 	}
-	if _, err := New(nopDB{}, Config{MaxRedeliveries: NeverDead}, Options{}); err != nil {
-		t.Errorf("NeverDead refused: %v", err)
+	if _, err := New(testdb.NopDB{}, Config{MaxRedeliveries: pass.Off}, Options{}); err != nil {
+		t.Errorf("pass.Off (never dead) refused: %v", err)
 	}
 }
 
@@ -52,15 +40,16 @@ func TestNewRefusesEachBadSettingByName(t *testing.T) {
 		"Schema":          {Schema: "Robert'); DROP"},
 	}
 	for field, c := range bad {
-		_, err := New(nopDB{}, c, Options{})
-		var se *setting.Error
-		if !errors.As(err, &se) {
-			t.Errorf("%s: err = %v, want a *setting.Error", field, err)
-			continue
-		}
-		if se.Field != field {
-			t.Errorf("%s: the error names %s", field, se.Field)
-		}
+		t.Run(field, func(t *testing.T) {
+			_, err := New(testdb.NopDB{}, c, Options{})
+			var se *setting.Error
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v, want a *setting.Error", err)
+			}
+			if se.Field != field {
+				t.Errorf("the error names %s", se.Field)
+			}
+		})
 	}
 	if _, err := New(nil, Config{}, Options{}); err == nil {
 		t.Error("nil database accepted")
@@ -79,22 +68,11 @@ func TestWakeOnAnyResetDeathOrStuckPendingRow(t *testing.T) {
 		{0, 0, 1, true},
 	}
 	for _, c := range cases {
-		if got := shouldWake(c.reset, c.dead, c.stuckPending); got != c.want {
-			t.Errorf("shouldWake(%d, %d, %d) = %v, want %v", c.reset, c.dead, c.stuckPending, got, c.want)
-		}
-	}
-}
-
-func TestNoBatchStartsOnceTheBudgetIsSpent(t *testing.T) {
-	t.Parallel()
-	if !budgetLeft(0, time.Second) {
-		t.Error("a fresh pass with budget left may start a batch")
-	}
-	if budgetLeft(time.Second, time.Second) {
-		t.Error("at the budget, no batch may start")
-	}
-	if budgetLeft(0, 0) {
-		t.Error("a zero budget allows no batch")
+		t.Run(fmt.Sprintf("reset %d dead %d stuck pending %d", c.reset, c.dead, c.stuckPending), func(t *testing.T) {
+			if got := shouldWake(c.reset, c.dead, c.stuckPending); got != c.want {
+				t.Errorf("shouldWake = %v, want %v", got, c.want)
+			}
+		})
 	}
 }
 
@@ -124,7 +102,7 @@ func TestMetricsLeaveOutGaugesNeverRead(t *testing.T) {
 func TestMetricsCarryThePassFigures(t *testing.T) {
 	t.Parallel()
 	got := map[string]float64{}
-	for _, m := range (&Result{Reset: 3, Dead: 1, Open: 9, OldestOpenAgeS: 12.5, DurationMS: 40, counted: true}).Metrics() {
+	for _, m := range (&Result{Reset: 3, Dead: 1, Open: 9, OldestOpenAgeS: 12.5, Summary: pass.Summary{DurationMS: 40}, counted: true}).Metrics() {
 		got[m.Name] = m.Value
 	}
 	want := map[string]float64{"SweepRuns": 1, "Redeliveries": 3, "DeadLettered": 1, "OpenDeliveries": 9, "OldestOpenAgeSeconds": 12.5, "PassDurationMs": 40}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
@@ -45,7 +45,7 @@ func (c *consumer) run(ctx context.Context) {
 			c.l.fail("consumer", err)
 		}
 		if n == 0 {
-			_ = budget.Sleep(ctx, 50*time.Millisecond)
+			_ = pass.Sleep(ctx, 50*time.Millisecond)
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/budget"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -36,7 +36,7 @@ func (r *relay) run(ctx context.Context) {
 			r.l.fail("relay", err)
 		}
 		if n == 0 {
-			_ = budget.Sleep(ctx, 100*time.Millisecond)
+			_ = pass.Sleep(ctx, 100*time.Millisecond)
 		}
 	}
 }

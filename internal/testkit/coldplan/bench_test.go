@@ -16,7 +16,7 @@ import (
 )
 
 // statement is one set-based statement, run once at a batch size on a
-// fresh cold copy, as its caller sends it: a pass's through store.Bounded
+// fresh cold copy, as its caller sends it: a pass's through pass.Bounded
 // (coldplan.Bounded), read_events as a consumer calls it.
 type statement struct {
 	key string

@@ -112,7 +112,7 @@ func (r *Recorder) notice(msg string) {
 		return
 	}
 	if strings.HasPrefix(strings.TrimSpace(p.Query), "SELECT set_config(") {
-		return // store.Bounded's settings, sent ahead of each statement
+		return // pass.Bounded's settings, sent ahead of each statement
 	}
 	r.plans = append(r.plans, p)
 }

@@ -7,13 +7,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // Bounded is conn as a pass sends its statements: each in its own
-// implicit transaction behind store.Bounded's settings, a minute away.
-func Bounded(conn *pgx.Conn) *store.Bounded {
-	return &store.Bounded{DB: conn, Deadline: time.Now().Add(time.Minute)}
+// implicit transaction behind pass.Bounded's settings, a minute away.
+func Bounded(conn *pgx.Conn) *pass.Bounded {
+	return &pass.Bounded{DB: conn, Deadline: time.Now().Add(time.Minute)}
 }
 
 // Linear runs fn on a recording connection to url (straight to the

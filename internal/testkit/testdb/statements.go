@@ -56,3 +56,18 @@ func (d *DB) Exec(t testing.TB, sql string, args ...any) pgconn.CommandTag {
 	t.Helper()
 	return Exec(t, d.Pool, sql, args...)
 }
+
+// NopDB is a pass.DB for tests that only build a Service: it panics if
+// anything is sent through it.
+type NopDB struct{}
+
+func (NopDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	panic("testdb.NopDB: not queried")
+}
+func (NopDB) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	panic("testdb.NopDB: not queried")
+}
+func (NopDB) QueryRow(context.Context, string, ...any) pgx.Row { panic("testdb.NopDB: not queried") }
+func (NopDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
+	panic("testdb.NopDB: not queried")
+}

@@ -1,4 +1,4 @@
-package store_test
+package pass_test
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // The errors pgx v5 really returns when the server goes away under a
@@ -121,7 +121,7 @@ func wantTransient(t *testing.T, what string, err error) {
 		return
 	}
 	t.Logf("%s: %v (%T)", what, err, errors.Unwrap(err))
-	if !store.Transient(err) {
+	if !pass.Transient(err) {
 		t.Errorf("%s: Transient(%q) = false, want true", what, err)
 	}
 }
@@ -134,8 +134,8 @@ func TestTransientCoversEveryErrorOfALostConnection(t *testing.T) {
 	// between the client and the pooler, as a failover cuts both.
 	p := newCutProxy(t, hostOf(t, db.URL))
 	u := p.via(t, db.URL)
-	bounded := func(b store.Batcher) *store.Bounded {
-		return &store.Bounded{DB: b, Deadline: time.Now().Add(10 * time.Second)}
+	bounded := func(b pass.Batcher) *pass.Bounded {
+		return &pass.Bounded{DB: b, Deadline: time.Now().Add(10 * time.Second)}
 	}
 
 	t.Run("a bounded statement whose connection is cut before the answer", func(t *testing.T) {

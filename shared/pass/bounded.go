@@ -1,4 +1,4 @@
-package store
+package pass
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // Batcher sends a batch of statements in one round trip: a pool, a
@@ -18,7 +20,7 @@ type Batcher interface {
 
 // DB is what a pass runs on: plain statements, and batches for Bounded.
 type DB interface {
-	Querier
+	store.Querier
 	Batcher
 }
 

@@ -1,4 +1,4 @@
-package store
+package pass
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 )
 
 // Transient says whether a database error may go away on its own, so the
-// same statement is worth sending again after COMPENSATE_RETRY_INTERVAL
-// (or the fill's tick). Every caller sends statements that are safe to
-// repeat: the lost one may have run.
+// same statement is worth sending again after a pause (Run.Retry). Every
+// caller sends statements that are safe to repeat: the lost one may have
+// run.
 //
 // Server errors are classified by SQLSTATE class:
 //   - 08 connection exception (the server went away, or refused us);
@@ -35,7 +35,7 @@ import (
 //   - *pgconn.ConnectError: a dial refused, reset or timed out;
 //   - pgconn.ErrConnClosed ("conn closed"): a statement on a connection
 //     the driver already closed. After a crash this is what a batch
-//     reports (store.Bounded sends every statement as one): reading the
+//     reports (Bounded sends every statement as one): reading the
 //     first result swallows the read's EOF, closes the connection, and the
 //     next read of the same batch returns ErrConnClosed, which pgx does
 //     not mark safe to retry because the batch may have reached the

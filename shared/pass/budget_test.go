@@ -1,4 +1,4 @@
-package budget
+package pass
 
 import (
 	"context"

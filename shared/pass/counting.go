@@ -1,4 +1,4 @@
-package store
+package pass
 
 import (
 	"context"
@@ -6,13 +6,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // Counting is a Querier that counts the statements it sends, so a pass can
 // report `statements` in its result and tests can assert a pass stays
 // set-based (a handful of statements, not one per row).
 type Counting struct {
-	Q Querier
+	Q store.Querier
 	n atomic.Int64
 }
 

@@ -1,4 +1,4 @@
-package store
+package pass
 
 import (
 	"context"
@@ -40,8 +40,10 @@ func TestTransientOnlyForErrorsARetryCanCure(t *testing.T) {
 		{errors.New("something else"), false},
 	}
 	for _, c := range cases {
-		if got := Transient(c.err); got != c.want {
-			t.Errorf("Transient(%v) = %v, want %v", c.err, got, c.want)
-		}
+		t.Run(fmt.Sprint(c.err), func(t *testing.T) {
+			if got := Transient(c.err); got != c.want {
+				t.Errorf("Transient(%v) = %v, want %v", c.err, got, c.want)
+			}
+		})
 	}
 }

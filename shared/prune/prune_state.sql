@@ -1,0 +1,24 @@
+-- The statements on <schema>.prune_state (shared/migrations/0008), the
+-- prune's own table.
+
+-- name: record
+-- An upsert, as the sweep's: an operator who deleted the row gets it back
+-- at the next pass. Totals are added in SQL, so overlapping passes never
+-- lose each other's counts.
+INSERT INTO {{schema}}.prune_state AS s (id, passes, last_pass_at, last_deleted_deliveries, last_deleted_events,
+    deleted_deliveries_total, deleted_events_total)
+VALUES (true, 1, now(), @deliveries, @events, @deliveries, @events)
+ON CONFLICT (id) DO UPDATE SET
+    passes                   = s.passes + 1,
+    last_pass_at             = now(),
+    last_deleted_deliveries  = excluded.last_deleted_deliveries,
+    last_deleted_events      = excluded.last_deleted_events,
+    deleted_deliveries_total = s.deleted_deliveries_total + excluded.deleted_deliveries_total,
+    deleted_events_total     = s.deleted_events_total + excluded.deleted_events_total
+
+-- name: read
+-- The one row as an operator sees it.
+SELECT passes, last_pass_at, last_deleted_deliveries, last_deleted_events,
+    deleted_deliveries_total, deleted_events_total
+FROM {{schema}}.prune_state
+WHERE id

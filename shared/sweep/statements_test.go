@@ -1,0 +1,178 @@
+package sweep_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
+	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
+)
+
+// What a pass sends: one statement per batch, three for an idle pass, and
+// no batch after the budget.
+
+// statementTracer counts what the pool sends, independently of the pass's
+// own counter.
+type statementTracer struct {
+	mu     sync.Mutex
+	total  int
+	resets int
+}
+
+func (s *statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total++
+	if strings.HasPrefix(data.SQL, store.DeliveriesSQL.Tag("sweep_reset")) {
+		s.resets++
+	}
+	return ctx
+}
+
+func (s *statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// The passes send each statement in a batch behind its timeout
+// (store.Bounded); the tracer counts the statement, not the timeout.
+func (s *statementTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (s *statementTracer) TraceBatchQuery(ctx context.Context, c *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if !strings.Contains(data.SQL, "set_config('statement_timeout'") {
+		s.TraceQueryStart(ctx, c, pgx.TraceQueryStartData{SQL: data.SQL})
+	}
+}
+
+func (s *statementTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// SWEEP_BATCH_LIMIT=100 over 1,000 stuck rows: one pass resets all of them
+// in exactly 10 reset statements. The tenth batch knows nothing is left
+// (its `more` probe), so no empty eleventh batch is sent: the whole pass is
+// 1 count + 10 resets + 1 wake + 1 state = 13 statements.
+func TestBatchLimitResetsAllInExactlyEnoughBatches(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDelivered(t, db, 1000, time.Hour)
+	pc := db.PoolConfig(t, "")
+	tracer := &statementTracer{}
+	pc.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	res := run(t, newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 100; c.PassBudget = 20 * time.Second }))
+	if res.Reset != 1000 {
+		t.Errorf("Reset = %d, want all 1000 in one pass", res.Reset)
+	}
+	if res.More {
+		t.Error("More = true, want false: nothing is left")
+	}
+	if tracer.resets != 10 {
+		t.Errorf("%d reset statements traced, want 10", tracer.resets)
+	}
+	if res.Batches != 10 {
+		t.Errorf("Batches = %d, want 10", res.Batches)
+	}
+	if tracer.total != 13 {
+		t.Errorf("%d statements traced, want 13", tracer.total)
+	}
+	if res.Statements != 13 {
+		t.Errorf("Statements = %d, want 13", res.Statements)
+	}
+	if n := testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 1`); n != 1000 {
+		t.Errorf("%d rows reset, want 1000", n)
+	}
+}
+
+// An idle table costs one count, one empty batch and the state row.
+func TestIdlePassIsThreeStatements(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	res := run(t, newSweeper(t, db.Pool))
+	if res.Statements != 3 {
+		t.Errorf("Statements = %d, want 3", res.Statements)
+	}
+	if res.Batches != 1 {
+		t.Errorf("Batches = %d, want 1", res.Batches)
+	}
+	if res.Woken {
+		t.Error("Woken = true, want false on an idle table")
+	}
+	if res.Open != 0 {
+		t.Errorf("Open = %d, want 0", res.Open)
+	}
+	if res.OldestOpenAgeS != 0 {
+		t.Errorf("OldestOpenAgeS = %v, want 0", res.OldestOpenAgeS)
+	}
+	var passes int64
+	var last *time.Time
+	if err := db.Pool.QueryRow(context.Background(), `SELECT passes, last_pass_at FROM outbox.sweep_state`).Scan(&passes, &last); err != nil {
+		t.Fatal(err)
+	}
+	if passes != 1 {
+		t.Errorf("sweep_state passes = %d, want 1", passes)
+	}
+	if last == nil {
+		t.Error("sweep_state last_pass_at = null, want the pass's time")
+	}
+}
+
+// clockOnBatch moves a clock a second forward each time a reset statement
+// is sent, so a test can spend a pass's budget batch by batch.
+type clockOnBatch struct {
+	pass.DB
+	ticks atomic.Int64
+	base  time.Time
+}
+
+func (c *clockOnBatch) now() time.Time {
+	return c.base.Add(time.Duration(c.ticks.Load()) * time.Second)
+}
+
+func (c *clockOnBatch) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		if strings.HasPrefix(q.SQL, store.DeliveriesSQL.Tag("sweep_reset")) {
+			defer c.ticks.Add(1)
+		}
+	}
+	return c.DB.SendBatch(ctx, b)
+}
+
+// The budget stops the batches: with a clock that moves 1s per batch and
+// a 0.5s budget, one batch runs, the pass says `more`, and the next pass
+// carries on where it stopped.
+func TestBudgetStopsBatches(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seedDelivered(t, db, 30, time.Hour)
+	q := &clockOnBatch{DB: db.Pool, base: time.Now()}
+	s := newSweeperWith(t, q, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 500 * time.Millisecond }), sweep.Options{Options: pass.Options{Now: q.now}})
+	res := run(t, s)
+	if res.Reset != 10 {
+		t.Errorf("first pass: Reset = %d, want one batch of 10", res.Reset)
+	}
+	if res.Batches != 1 {
+		t.Errorf("first pass: Batches = %d, want 1", res.Batches)
+	}
+	if !res.More {
+		t.Error("first pass: More = false, want true (stopped by the budget)")
+	}
+	var total int64 = res.Reset
+	for range 2 {
+		total += run(t, s).Reset
+	}
+	if total != 30 {
+		t.Fatalf("three passes reset %d, want 30", total)
+	}
+}
