@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/shared/relay"
+	"github.com/outboxkeeper/outboxkeeper/shared/relay/parked"
 )
 
 var relayCommand = &command{
@@ -56,14 +56,14 @@ a missing permission).`,
 			return err
 		}
 		defer l.pool.Close()
-		st, err := relay.ReadStatus(ctx, l.bounded(&f.dbFlags), l.schema)
+		st, err := parked.ReadStatus(ctx, l.bounded(&f.dbFlags), l.schema)
 		if err != nil {
 			return err
 		}
 		findings := relayFindings(st, f.stale, time.Now())
 		if f.json {
 			if st == nil {
-				st = []relay.Status{}
+				st = []parked.Status{}
 			}
 			if err := printJSON(e.stdout, map[string]any{"relays": st, "attention": findingsOrEmpty(findings)}); err != nil {
 				return err
@@ -93,7 +93,7 @@ a missing permission).`,
 }
 
 // relayFindings are what needs a person in st, one line each.
-func relayFindings(st []relay.Status, stale time.Duration, now time.Time) []string {
+func relayFindings(st []parked.Status, stale time.Duration, now time.Time) []string {
 	var out []string
 	for _, s := range st {
 		if s.Parked > 0 {
@@ -166,13 +166,13 @@ tries (STATE failing: not parked yet, or never with RELAY_MAX_ATTEMPTS=0).`,
 			return err
 		}
 		defer l.pool.Close()
-		rows, err := relay.ListParked(ctx, l.bounded(&f.dbFlags), l.schema, f.relay, f.all, f.limit)
+		rows, err := parked.ListParked(ctx, l.bounded(&f.dbFlags), l.schema, f.relay, f.all, f.limit)
 		if err != nil {
 			return err
 		}
 		if f.json {
 			if rows == nil {
-				rows = []relay.Parked{}
+				rows = []parked.Parked{}
 			}
 			return printJSON(e.stdout, rows)
 		}
@@ -180,7 +180,7 @@ tries (STATE failing: not parked yet, or never with RELAY_MAX_ATTEMPTS=0).`,
 	},
 }
 
-func printParked(e *env, rows []relay.Parked, limit int) error {
+func printParked(e *env, rows []parked.Parked, limit int) error {
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(e.stdout, "no parked events")
 		return err
@@ -245,12 +245,12 @@ Without --yes it only shows the events it would mark, and refuses.
 		defer l.pool.Close()
 		q := l.bounded(&f.dbFlags)
 		if !f.yes {
-			rows, err := relay.ListParked(ctx, q, l.schema, f.relay, false, 10000)
+			rows, err := parked.ListParked(ctx, q, l.schema, f.relay, false, 10000)
 			if err != nil {
 				return err
 			}
 			if !f.all {
-				rows = slices.DeleteFunc(rows, func(p relay.Parked) bool { return !slices.Contains(f.sequences, p.Sequence) })
+				rows = slices.DeleteFunc(rows, func(p parked.Parked) bool { return !slices.Contains(f.sequences, p.Sequence) })
 			}
 			if !f.json {
 				if err := printParked(e, rows, 10000); err != nil {
@@ -260,19 +260,19 @@ Without --yes it only shows the events it would mark, and refuses.
 			return refusef("nothing marked: %d parked %s would be re-sent, out of order; add --yes to mark %s",
 				len(rows), plural(int64(len(rows)), "event", "events"), plural(int64(len(rows)), "it", "them"))
 		}
-		marked, err := relay.RequestResend(ctx, q, l.schema, f.relay, []int64(f.sequences), f.all)
+		marked, err := parked.RequestResend(ctx, q, l.schema, f.relay, []int64(f.sequences), f.all)
 		if err != nil {
 			return err
 		}
 		var missing []int64
 		for _, s := range f.sequences {
-			if !slices.ContainsFunc(marked, func(r relay.Requested) bool { return r.Sequence == s }) {
+			if !slices.ContainsFunc(marked, func(r parked.Requested) bool { return r.Sequence == s }) {
 				missing = append(missing, s)
 			}
 		}
 		if f.json {
 			if marked == nil {
-				marked = []relay.Requested{}
+				marked = []parked.Requested{}
 			}
 			if missing == nil {
 				missing = []int64{}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/relay"
+	"github.com/outboxkeeper/outboxkeeper/shared/relay/parked"
 )
 
 // relayOnCall is a schema with two relays, as their passes leave it: orders
@@ -36,7 +36,7 @@ func TestRelayStatusShowsEachRelayAndItsParkedEvents(t *testing.T) {
 		"relay orders has 1 parked event", "relay orders stands at 1 refused event it still tries")
 	code, out, _ = cli(t, vars, "relay", "status", "--json")
 	var got struct {
-		Relays    []relay.Status
+		Relays    []parked.Status
 		Attention []string
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil || code != exitAttention {
@@ -62,7 +62,7 @@ func TestRelayParkedListShowsParkedEvents(t *testing.T) {
 		t.Errorf("list without --all shows an event still tried:\n%s", out)
 	}
 	code, out, _ = cli(t, vars, "relay", "parked", "list", "--all", "--json")
-	var rows []relay.Parked
+	var rows []parked.Parked
 	if err := json.Unmarshal([]byte(out), &rows); err != nil || code != exitOK {
 		t.Fatalf("list --all --json exits %d: %v\n%s", code, err, out)
 	}

@@ -19,7 +19,6 @@ package relay
 
 import (
 	"cmp"
-	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,10 +29,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
-	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
+	relaysql "github.com/outboxkeeper/outboxkeeper/shared/relay/parked"
 	"github.com/outboxkeeper/outboxkeeper/shared/target"
 )
 
@@ -321,11 +320,6 @@ func (e event) header(name string) (string, bool) {
 	return string(raw), true
 }
 
-//go:embed relay_parked.sql
-var relayFile embed.FS
-
-var relaySQL = sqltext.MustParse(relayFile, "relay_parked.sql")
-
 // statements are the relay's own, rendered once, and the consumer's two
 // of the store: read_events and commit_position, as every consumer reads
 // and commits.
@@ -335,17 +329,18 @@ type statements struct {
 	readable, load, ended          string
 	recordRefusals, forgetRefusals string
 	resendDue, resendDone          string
-	status, list, requestResend    string
 }
 
 func newStatements(schema string) statements {
-	st := func(name string) string { return relaySQL.Statement(name, schema) }
 	return statements{
 		readEvents:     store.EventsSQL.Statement("read_events", schema),
 		commitPosition: store.ConsumersSQL.Statement("commit_position", schema),
-		readable:       st("readable"), load: st("load"), ended: st("ended"),
-		recordRefusals: st("record_refusals"), forgetRefusals: st("forget_refusals"),
-		resendDue: st("resend_due"), resendDone: st("resend_done"),
-		status: st("status"), list: st("list"), requestResend: st("request_resend"),
+		readable:       relaysql.SQL.Statement("readable", schema),
+		load:           relaysql.SQL.Statement("load", schema),
+		ended:          relaysql.SQL.Statement("ended", schema),
+		recordRefusals: relaysql.SQL.Statement("record_refusals", schema),
+		forgetRefusals: relaysql.SQL.Statement("forget_refusals", schema),
+		resendDue:      relaysql.SQL.Statement("resend_due", schema),
+		resendDone:     relaysql.SQL.Statement("resend_done", schema),
 	}
 }

@@ -1,19 +1,30 @@
-package relay
+// Package parked holds the relay's own statements (relay_parked.sql: its
+// parked events in <schema>.relay_parked, what its lease statements carry)
+// and the operator's side of them (cmd/outboxkeeper relay ...): what each
+// relay of a schema stands at, its parked events, and a request to re-send
+// them. A role set up with grant_operator may run all three. It is apart
+// from shared/relay so that the CLI reads a relay's state without linking
+// the targets' AWS clients.
+package parked
 
 import (
 	"context"
+	"embed"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
-// The operator's side (cmd/outboxkeeper relay ...), on the relay's own
-// statements: what each relay of a schema stands at, its parked events,
-// and a request to re-send them. A role set up with grant_operator may run
-// all three.
+//go:embed relay_parked.sql
+var file embed.FS
+
+// SQL is relay_parked.sql: the relay (shared/relay) looks its statements
+// up here.
+var SQL = sqltext.MustParse(file, "relay_parked.sql")
 
 // Status is one relay of a schema as `relay status` shows it.
 type Status struct {
@@ -35,7 +46,7 @@ type Status struct {
 
 // ReadStatus reads every relay of schema, by name.
 func ReadStatus(ctx context.Context, q store.Querier, schema string) ([]Status, error) {
-	rows, err := q.Query(ctx, relaySQL.Statement("status", schema))
+	rows, err := q.Query(ctx, SQL.Statement("status", schema))
 	if err != nil {
 		return nil, fmt.Errorf("read the relays' status: %w", err)
 	}
@@ -85,7 +96,7 @@ func (p Parked) State() string {
 // ListParked lists the parked events of relay (every relay when empty);
 // all adds those re-sent and those still tried.
 func ListParked(ctx context.Context, q store.Querier, schema, relay string, all bool, limit int) ([]Parked, error) {
-	rows, err := q.Query(ctx, relaySQL.Statement("list", schema), pgx.NamedArgs{"relay": nullIfEmpty(relay), "all": all, "limit": limit})
+	rows, err := q.Query(ctx, SQL.Statement("list", schema), pgx.NamedArgs{"relay": nullIfEmpty(relay), "all": all, "limit": limit})
 	if err != nil {
 		return nil, fmt.Errorf("list parked events: %w", err)
 	}
@@ -110,7 +121,7 @@ func RequestResend(ctx context.Context, q store.Querier, schema, relay string, s
 	if sequences == nil {
 		sequences = []int64{}
 	}
-	rows, err := q.Query(ctx, relaySQL.Statement("request_resend", schema),
+	rows, err := q.Query(ctx, SQL.Statement("request_resend", schema),
 		pgx.NamedArgs{"relay": nullIfEmpty(relay), "all": all, "sequences": sequences})
 	if err != nil {
 		return nil, fmt.Errorf("request the re-send of parked events: %w", err)
