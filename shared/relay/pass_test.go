@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
@@ -89,6 +90,9 @@ func TestLostConnectionAfterTheSendKeepsTheBatchInHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "relay-lost-connection"
+	// As the functions' pool (internal/pg): no server-side prepared
+	// statement, which a transaction pooler cannot keep.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -96,13 +100,17 @@ func TestLostConnectionAfterTheSendKeepsTheBatchInHand(t *testing.T) {
 	defer pool.Close()
 	s := newTestService(t, db, Config{Target: url, Bounded: true, Tick: 50 * time.Millisecond})
 	s.kit.DB = pool
+	// Straight to the server, so that through PgBouncer this statement's
+	// own server connection is not among those it ends.
+	admin := db.Connect(t)
 	once := false
 	s.afterSend = func() {
 		if once {
 			return
 		}
 		once = true
-		db.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'relay-lost-connection'`)
+		testdb.Exec(t, admin, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE application_name = 'relay-lost-connection' AND pid <> pg_backend_pid()`)
 	}
 	r := runPass(t, s)
 	if r.Retries < 1 {
