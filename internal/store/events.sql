@@ -70,9 +70,16 @@ FROM wrote;
 -- name: prune_bound
 -- What bounds an event prune pass, for its response: the fill watermark
 -- and the slowest registered consumer (the first by position, then name).
+-- A relay's parked event not re-sent yet counts as a consumer just before
+-- it, named "relay:<relay> (parked)": it was never sent, and a re-send
+-- reads it from events.
 SELECT coalesce((SELECT max(watermark) FROM {{schema}}.fill_state), 0), c.name, c.position
 FROM (SELECT 1) AS one
-LEFT JOIN LATERAL (SELECT name, position FROM {{schema}}.consumers
+LEFT JOIN LATERAL (
+    SELECT name, position FROM {{schema}}.consumers
+    UNION ALL
+    SELECT 'relay:' || relay || ' (parked)', min(sequence) - 1 FROM {{schema}}.relay_parked
+    WHERE resent_at IS NULL AND parked_at IS NOT NULL GROUP BY relay
     ORDER BY position, name LIMIT 1) AS c ON true;
 
 -- name: prune
@@ -91,10 +98,13 @@ WITH r AS MATERIALIZED (
         -- than one read earlier, and a consumer registered since the pass
         -- began is honoured): the fill watermark, above which a missing
         -- sequence may still commit, and the slowest registered consumer's
-        -- position, so no event anyone still reads goes. An unstarted fill
-        -- has watermark 0: nothing.
+        -- position, so no event anyone still reads goes, nor a relay's
+        -- parked event not re-sent yet (never sent; a re-send reads it). An
+        -- unstarted fill has watermark 0: nothing.
         least(coalesce((SELECT max(watermark) FROM {{schema}}.fill_state), 0),
-              coalesce((SELECT min(position) FROM {{schema}}.consumers), 9223372036854775807)) AS upto) AS b
+              coalesce((SELECT min(position) FROM {{schema}}.consumers), 9223372036854775807),
+              coalesce((SELECT min(sequence) - 1 FROM {{schema}}.relay_parked
+                        WHERE resent_at IS NULL AND parked_at IS NOT NULL), 9223372036854775807)) AS upto) AS b
 ), gone AS (
     -- The range's rows recorded before the retention: one range scan of the
     -- primary key. No row lock: the maintainer may UPDATE no column of

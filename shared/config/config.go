@@ -1,6 +1,6 @@
 // Package config reads the outboxkeeper environment once, at init, into the
 // configs the passes own (fill.Config, sweep.Config, compensate.Config,
-// prune.Config, with Load) and the database login (LoadDatabase). It
+// prune.Config, relay.Config, with Load) and the database login (LoadDatabase). It
 // only parses: each pass's Config.Validate decides what is acceptable, and
 // this package returns its complaint naming the variable and the value, so
 // a bad deployment fails before the first invocation saying what to fix.
@@ -63,16 +63,16 @@ const DefaultSchema = store.DefaultSchema
 type Variable struct {
 	Name string
 	// UsedBy lists the functions that read it: "fill", "sweep",
-	// "compensate", "prune", "migrate".
+	// "compensate", "prune", "relay", "migrate".
 	UsedBy []string
 }
 
 // all is every function: each logs in, and migrate applies the schema.
-var all = []string{"fill", "sweep", "compensate", "prune", "migrate"}
+var all = []string{"fill", "sweep", "compensate", "prune", "relay", "migrate"}
 
 // emitters are the functions that write metrics, each with the Stack
 // dimension (LoadStack); migrate writes none.
-var emitters = []string{"fill", "sweep", "compensate", "prune"}
+var emitters = []string{"fill", "sweep", "compensate", "prune", "relay"}
 
 // Variables lists every variable read here, for the template tests and docs.
 func Variables() []Variable {
@@ -109,6 +109,18 @@ func Variables() []Variable {
 		{"PRUNE_EVENTS_AFTER", []string{"prune"}},
 		{"PRUNE_BATCH_LIMIT", []string{"prune"}},
 		{"PRUNE_PASS_BUDGET", []string{"prune"}},
+		{"RELAY_NAME", []string{"relay"}},
+		{"RELAY_TARGET", []string{"relay"}},
+		{"RELAY_TOPICS", []string{"relay"}},
+		{"RELAY_GROUP_BY", []string{"relay"}},
+		{"RELAY_SOURCE", []string{"relay"}},
+		{"RELAY_MAX_ATTEMPTS", []string{"relay"}},
+		{"RELAY_TICK", []string{"relay"}},
+		{"RELAY_BATCH_LIMIT", []string{"relay"}},
+		{"RELAY_CONCURRENCY", []string{"relay"}},
+		{"RELAY_PASS_BUDGET", []string{"relay"}},
+		{"RELAY_WATCH", []string{"relay"}},
+		{"RELAY_START", []string{"relay"}},
 	}
 }
 

@@ -14,10 +14,14 @@ import (
 	migratepkg "github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	prunepkg "github.com/outboxkeeper/outboxkeeper/shared/prune"
+	relaypkg "github.com/outboxkeeper/outboxkeeper/shared/relay"
 	sweeppkg "github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
 const testURL = "postgres://u@127.0.0.1:5432/db"
+
+// fifoQueue is a FIFO SQS queue URL, a relay's target.
+const fifoQueue = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo"
 
 func TestLoadDefaults(t *testing.T) {
 	env := FromMap(map[string]string{"DATABASE_URL": testURL})
@@ -68,6 +72,7 @@ func TestEveryVariable(t *testing.T) {
 		sw   sweeppkg.Config
 		comp compensatepkg.Config
 		pr   prunepkg.Config
+		rl   relaypkg.Config
 		// stack is LoadStack's.
 		stack string
 	}
@@ -85,6 +90,14 @@ func TestEveryVariable(t *testing.T) {
 		l.comp, err = Load[compensatepkg.Config](env)
 		errs = append(errs, err)
 		l.pr, err = Load[prunepkg.Config](env)
+		errs = append(errs, err)
+		// RELAY_TARGET is required: a FIFO queue unless the case sets it.
+		l.rl, err = Load[relaypkg.Config](func(name string) (string, bool) {
+			if v, ok := env(name); ok || name != "RELAY_TARGET" {
+				return v, ok
+			}
+			return fifoQueue, true
+		})
 		errs = append(errs, err)
 		l.stack, err = LoadStack(env)
 		errs = append(errs, err)
@@ -133,6 +146,19 @@ func TestEveryVariable(t *testing.T) {
 		{"PRUNE_EVENTS_AFTER", "2160h", func(l loaded) bool { return l.pr.EventsAfter == 2160*time.Hour }, []string{"1ms", "90d"}},
 		{"PRUNE_BATCH_LIMIT", "200", func(l loaded) bool { return l.pr.BatchLimit == 200 }, []string{"0", "100001"}},
 		{"PRUNE_PASS_BUDGET", "10s", func(l loaded) bool { return l.pr.PassBudget == 10*time.Second }, []string{"0s", "50ms", "720h"}},
+		{"RELAY_NAME", "orders-bus_2", func(l loaded) bool { return l.rl.Name == "orders-bus_2" }, []string{"-x", "a b", "relay:x", strings.Repeat("a", 61)}},
+		{"RELAY_TARGET", "arn:aws:kinesis:eu-west-1:123456789012:stream/orders", func(l loaded) bool { return l.rl.Target == "arn:aws:kinesis:eu-west-1:123456789012:stream/orders" },
+			[]string{"orders", "arn:aws:lambda:eu-west-1:123456789012:function:f", "arn:aws:sqs:eu-west-1:12:q"}},
+		{"RELAY_TOPICS", "orders.*,billing.invoice.*", func(l loaded) bool { return l.rl.Topics == "orders.*,billing.invoice.*" }, []string{"orders.*,", ",", "orders.\xff"}},
+		{"RELAY_GROUP_BY", "tenant", func(l loaded) bool { return l.rl.GroupBy == "tenant" }, []string{"none"}},
+		{"RELAY_SOURCE", "billing.outbox", func(l loaded) bool { return l.rl.Source == "billing.outbox" }, nil},
+		{"RELAY_MAX_ATTEMPTS", "0", func(l loaded) bool { return l.rl.MaxAttempts == relaypkg.NeverPark }, []string{"1001", "-2", "many"}},
+		{"RELAY_TICK", "50ms", func(l loaded) bool { return l.rl.Tick == 50*time.Millisecond }, []string{"1ms", "2m", "0s"}},
+		{"RELAY_BATCH_LIMIT", "10000", func(l loaded) bool { return l.rl.BatchLimit == 10000 }, []string{"0", "10001"}},
+		{"RELAY_CONCURRENCY", "16", func(l loaded) bool { return l.rl.Concurrency == 16 }, []string{"0", "65"}},
+		{"RELAY_PASS_BUDGET", "30s", func(l loaded) bool { return l.rl.PassBudget == 30*time.Second }, []string{"0s", "16m"}},
+		{"RELAY_WATCH", "false", func(l loaded) bool { return l.rl.Bounded }, []string{"sometimes"}},
+		{"RELAY_START", "latest", func(l loaded) bool { return l.rl.Start == relaypkg.StartLatest }, []string{"newest"}},
 	}
 	listed := map[string]bool{}
 	for _, v := range Variables() {
@@ -265,7 +291,7 @@ func TestDatabaseSourceRules(t *testing.T) {
 func TestVariablesAreThePassConfigsTags(t *testing.T) {
 	tagged := map[string][]string{}
 	for fn, cfg := range map[string]any{"fill": fillpkg.Config{}, "sweep": sweeppkg.Config{}, "compensate": compensatepkg.Config{},
-		"prune": prunepkg.Config{}, "migrate": migratepkg.Config{}} {
+		"prune": prunepkg.Config{}, "relay": relaypkg.Config{}, "migrate": migratepkg.Config{}} {
 		typ := reflect.TypeOf(cfg)
 		for i := range typ.NumField() {
 			if tag, ok := typ.Field(i).Tag.Lookup("env"); ok {
@@ -288,5 +314,46 @@ func TestVariablesAreThePassConfigsTags(t *testing.T) {
 	}
 	for name, fns := range tagged {
 		t.Errorf("%s is read by %v but not listed in Variables()", name, fns)
+	}
+}
+
+// The relay's settings that depend on each other fail the init naming
+// the variable to change: a FIFO target needs a group, an EventBridge
+// target a Source EventBridge takes, and a target is required.
+func TestRelayConfigurationRefusalsNameTheVariable(t *testing.T) {
+	cases := []struct {
+		name, variable string
+		vars           map[string]string
+	}{
+		{"FIFO queue without groups", "RELAY_GROUP_BY", map[string]string{"RELAY_TARGET": fifoQueue, "RELAY_GROUP_BY": "none"}},
+		{"FIFO topic without groups", "RELAY_GROUP_BY", map[string]string{"RELAY_TARGET": "arn:aws:sns:eu-west-1:123456789012:orders.fifo", "RELAY_GROUP_BY": "none"}},
+		{"EventBridge source of AWS's own", "RELAY_SOURCE", map[string]string{"RELAY_TARGET": "arn:aws:events:eu-west-1:123456789012:event-bus/orders", "RELAY_SOURCE": "aws.orders"}},
+		{"no target", "RELAY_TARGET", map[string]string{}},
+		{"an unknown kind of ARN", "RELAY_TARGET", map[string]string{"RELAY_TARGET": "arn:aws:dynamodb:eu-west-1:123456789012:table/orders"}},
+		{"a topic pattern that cannot match", "RELAY_TOPICS", map[string]string{"RELAY_TARGET": fifoQueue, "RELAY_TOPICS": "orders.*, ,billing.*"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.vars["DATABASE_URL"] = testURL
+			_, err := Load[relaypkg.Config](FromMap(c.vars))
+			var cerr *Error
+			if !errors.As(err, &cerr) {
+				t.Fatalf("want a config error naming %s, got %v", c.variable, err)
+			}
+			if cerr.Variable != c.variable {
+				t.Errorf("the error names %s, want %s: %v", cerr.Variable, c.variable, err)
+			}
+		})
+	}
+	// Without groups is fine on a standard queue, and the default Source
+	// follows the schema.
+	c, err := Load[relaypkg.Config](FromMap(map[string]string{
+		"RELAY_TARGET": "arn:aws:events:eu-west-1:123456789012:event-bus/orders", "OUTBOX_SCHEMA": "billing", "RELAY_GROUP_BY": "none",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Source != "outboxkeeper.billing" {
+		t.Errorf("default Source %q, want outboxkeeper.billing", c.Source)
 	}
 }

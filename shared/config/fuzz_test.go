@@ -9,6 +9,7 @@ import (
 
 	compensatepkg "github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
+	relaypkg "github.com/outboxkeeper/outboxkeeper/shared/relay"
 	sweeppkg "github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -41,6 +42,7 @@ func FuzzLoad(f *testing.F) {
 		check(t, env, "fill", Load[fillpkg.Config])
 		check(t, env, "sweep", Load[sweeppkg.Config])
 		check(t, env, "compensate", Load[compensatepkg.Config])
+		check(t, env, "relay", Load[relaypkg.Config])
 	})
 }
 

@@ -199,8 +199,17 @@ func TestMaintainerRunsEveryFunction(t *testing.T) {
 
 	everyPassDoesItsWork(t, ctx, db, m.Pool)
 
-	_, err := m.Pool.Exec(ctx, `SELECT outbox.commit_position('ledger', 0)`)
-	refused(t, "maintainer moves a consumer", err)
+	// The relay is a consumer: it reads with read_events and moves its
+	// position forward with commit_position, never by hand (a direct
+	// UPDATE could move it back, and retention relies on it only growing).
+	if n := testdb.Scalar[int64](t, m.Pool, `SELECT count(*) FROM outbox.read_events(0, 10)`); n < 1 {
+		t.Errorf("read_events as the maintainer returned %d rows, want the passes' events", n)
+	}
+	if stored := testdb.Scalar[int64](t, m.Pool, `SELECT outbox.commit_position('relay:default', 1)`); stored != 1 {
+		t.Errorf("commit_position as the maintainer stored %d, want 1", stored)
+	}
+	_, err := m.Pool.Exec(ctx, `UPDATE outbox.consumers SET position = 0`)
+	refused(t, "maintainer moves a position by hand", err)
 	_, err = m.Pool.Exec(ctx, `SELECT nextval('outbox.events_sequence_seq')`)
 	refused(t, "maintainer nextval", err)
 	_, err = m.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`)

@@ -243,10 +243,14 @@ func TestSNSFIFOTopicFansOutToAFIFOQueueInOrderAndOnce(t *testing.T) {
 	topic := awstest.NewTopic(t, sn, "target-topic", true)
 	url := sqstest.NewQueue(t, q, "target-fanout", map[string]string{"FifoQueue": "true"})
 	awstest.SubscribeQueue(t, sn, topic, sqstest.QueueARN(t, q, url))
-	// Nine a call, not ten: fauxqs 2.4.1 reads PublishBatch's entries in
-	// the order their query keys arrive, and the SDK sorts those as text,
-	// so member.10 is published second. AWS orders by the member number.
-	s := newSender(t, awsCfg, topic, Config{Limits: Limits{Entries: 9}})
+	// Full calls of ten: the SDK writes PublishBatch's query keys sorted as
+	// text (member.1, member.10, member.2, ...), and fauxqs 2.4.1 published
+	// the entries in that order until infra/stack/patch-fauxqs.mjs made it
+	// publish them by member number, as AWS does.
+	s := newSender(t, awsCfg, topic, Config{})
+	if s.Limits().Entries != 10 {
+		t.Fatalf("SNS calls of %d entries, want the API's 10", s.Limits().Entries)
+	}
 	group := func(seq int64) string { return fmt.Sprintf("g%d", seq%2) }
 	msgs := events(t, 1, 24, group)
 	requireAllSent(t, s.Send(context.Background(), msgs))

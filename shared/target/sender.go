@@ -127,7 +127,7 @@ func New(awsCfg aws.Config, cfg Config) (*Sender, error) {
 	case SNS:
 		s.api = newSNS(awsCfg, cfg.Target)
 	case EventBridge:
-		if err := checkSource(cfg.Source); err != nil {
+		if err := CheckSource(cfg.Source); err != nil {
 			return nil, err
 		}
 		s.api = newEventBridge(awsCfg, cfg.Target, cfg.Source)
@@ -139,7 +139,9 @@ func New(awsCfg aws.Config, cfg Config) (*Sender, error) {
 	return s, nil
 }
 
-func checkSource(source string) error {
+// CheckSource says why source cannot be the Source of an EventBridge
+// target's events (RELAY_SOURCE), or nil.
+func CheckSource(source string) error {
 	switch {
 	case source == "":
 		return errors.New("target: Source is required for an EventBridge target")

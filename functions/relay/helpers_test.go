@@ -1,0 +1,292 @@
+package main
+
+// The relay's real bootstrap under aws-lambda-rie, against PostgreSQL and
+// the local stack's emulators: fauxqs (SQS, SNS and its SNS -> SQS
+// fan-out), kinesalite (Kinesis) and moto (EventBridge, read back through
+// a rule that targets moto's SQS).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
+)
+
+// schedule is what EventBridge Scheduler hands the function.
+var schedule = []byte(`{"source":"outboxkeeper.schedule"}`)
+
+// badPayload is a payload SQS refuses in a message body (U+FFFF), as
+// fauxqs does per entry with InvalidMessageContents; jsonb keeps it as is.
+const badPayload = `{"bad":"\uffff"}`
+
+// maintainers is each test database's maintainer login: the relay runs
+// with the rights grant_maintainer gives, as a deployed one does.
+var maintainers sync.Map // *testdb.DB -> URL
+
+func maintainerURL(t *testing.T, db *testdb.DB) string {
+	t.Helper()
+	if u, ok := maintainers.Load(db); ok {
+		return u.(string)
+	}
+	u, _ := maintainers.LoadOrStore(db, db.Maintainer(t).URL)
+	return u.(string)
+}
+
+// relayFn starts the relay's bootstrap as the maintainer, with the stack's
+// endpoints, a bounded pass (RELAY_WATCH=false) of 10s and a 50ms tick,
+// and env over that.
+func relayFn(t *testing.T, db *testdb.DB, env map[string]string) *lambdatest.Function {
+	t.Helper()
+	vars := map[string]string{
+		"DATABASE_URL":                 maintainerURL(t, db),
+		"AWS_ENDPOINT_URL_SNS":         testenv.Require(t, "AWS_ENDPOINT_URL_SNS"),
+		"AWS_ENDPOINT_URL_KINESIS":     testenv.Require(t, "AWS_ENDPOINT_URL_KINESIS"),
+		"AWS_ENDPOINT_URL_EVENTBRIDGE": testenv.Require(t, "AWS_ENDPOINT_URL_EVENTBRIDGE"),
+		"RELAY_WATCH":                  "false",
+		"RELAY_PASS_BUDGET":            "10s",
+		"RELAY_TICK":                   "50ms",
+		"STACK_NAME":                   "relay-test",
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	return lambdatest.Start(t, lambdatest.Build(t, "relay"), vars)
+}
+
+// response is the fields of a relay pass's answer the tests read.
+type response struct {
+	Relay       string  `json:"relay"`
+	Position    int64   `json:"position"`
+	Head        int64   `json:"head"`
+	Lag         int64   `json:"lag"`
+	Sent        int64   `json:"sent"`
+	Skipped     int64   `json:"skipped"`
+	Refused     int64   `json:"refused"`
+	Parked      int64   `json:"parked"`
+	Transient   int64   `json:"transient"`
+	Resent      int64   `json:"resent"`
+	Batches     int     `json:"batches"`
+	Waiting     *string `json:"waiting"`
+	StoppedAt   *int64  `json:"stopped_at"`
+	LastError   string  `json:"last_error"`
+	LeaseWaitMS int64   `json:"lease_wait_ms"`
+	HandedOver  bool    `json:"handed_over"`
+	TakenBack   int     `json:"taken_back"`
+	Statements  int64   `json:"statements"`
+	DurationMS  int64   `json:"duration_ms"`
+	TimedOut    string  `json:"timed_out"`
+	Error       string  `json:"error"`
+}
+
+func (r response) waiting() string {
+	if r.Waiting == nil {
+		return ""
+	}
+	return *r.Waiting
+}
+
+// invoke runs one pass as the schedule does and reads its answer.
+func invoke(t *testing.T, fn *lambdatest.Function) response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := fn.Invoke(ctx, schedule)
+	if err != nil {
+		t.Fatalf("invoke: %v\n%s\nlogs:\n%s", err, out, fn.Logs())
+	}
+	var r response
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("the answer is not JSON: %s", out)
+	}
+	t.Logf("relay pass: %s", out)
+	return r
+}
+
+// publish commits one event per payload on topic (headers as given, or
+// none) and returns their sequences.
+func publish(t *testing.T, db *testdb.DB, topic, headers string, payloads ...string) []int64 {
+	t.Helper()
+	var h any
+	if headers != "" {
+		h = headers
+	}
+	var seqs []int64
+	for _, p := range payloads {
+		seqs = append(seqs, testdb.Scalar[int64](t, db.Pool, `SELECT outbox.publish($1, $2::jsonb, $3::jsonb)`, topic, p, h))
+	}
+	return seqs
+}
+
+// burn allocates a sequence in a transaction that rolls back: a gap.
+func burn(t *testing.T, db *testdb.DB) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	return testdb.Scalar[int64](t, tx, `SELECT outbox.publish('burned', '{}')`)
+}
+
+// n payloads {"n":i}.
+func payloads(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`{"n":%d}`, i)
+	}
+	return out
+}
+
+// envelope is a message body as the relay sends it.
+type envelope struct {
+	Sequence   int64           `json:"sequence"`
+	Topic      string          `json:"topic"`
+	RecordedAt string          `json:"recorded_at"`
+	Headers    json.RawMessage `json:"headers"`
+	Payload    json.RawMessage `json:"payload"`
+}
+
+func parseEnvelope(t *testing.T, body string) envelope {
+	t.Helper()
+	var e envelope
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("body %q is not an envelope: %v", body, err)
+	}
+	return e
+}
+
+// got is one message a queue received.
+type got struct {
+	env     envelope
+	group   string
+	dedupID string
+}
+
+// drain reads what a queue received: want messages, or what arrived within
+// wait. Each is received with a visibility timeout of 2 s and deleted at
+// once: a receive whose answer was lost on the way (the SDK then receives
+// again) made its messages invisible, and they come back within the wait
+// rather than after SQS's default 30 s.
+func drain(t *testing.T, c *sqs.Client, url string, want int, wait time.Duration) []got {
+	t.Helper()
+	var out []got
+	for _, m := range receive(t, c, url, want, wait) {
+		out = append(out, got{
+			env:     parseEnvelope(t, aws.ToString(m.Body)),
+			group:   m.Attributes[string(sqstypes.MessageSystemAttributeNameMessageGroupId)],
+			dedupID: m.Attributes[string(sqstypes.MessageSystemAttributeNameMessageDeduplicationId)],
+		})
+	}
+	return out
+}
+
+// receive is sqstest.Drain with a short visibility timeout (see drain).
+func receive(t *testing.T, c *sqs.Client, url string, want int, wait time.Duration) []sqstypes.Message {
+	t.Helper()
+	ctx := context.Background()
+	var out []sqstypes.Message
+	deadline := time.Now().Add(wait)
+	for len(out) < want && time.Now().Before(deadline) {
+		r, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 2,
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		for _, m := range r.Messages {
+			out = append(out, m)
+			if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+		}
+	}
+	return out
+}
+
+// exactlyOnceInOrder says msgs hold each of want's sequences once, in
+// ascending order within each group (by groupOf).
+func exactlyOnceInOrder(t *testing.T, msgs []got, want []int64, groupOf func(got) string) {
+	t.Helper()
+	seen, last := map[int64]int{}, map[string]int64{}
+	for _, m := range msgs {
+		seen[m.env.Sequence]++
+		g := groupOf(m)
+		if m.env.Sequence <= last[g] {
+			t.Errorf("group %q: sequence %d arrived after %d", g, m.env.Sequence, last[g])
+		}
+		last[g] = m.env.Sequence
+	}
+	for _, w := range want {
+		if seen[w] != 1 {
+			t.Errorf("sequence %d arrived %d times, want once", w, seen[w])
+		}
+		delete(seen, w)
+	}
+	for s, n := range seen {
+		t.Errorf("sequence %d arrived %d times, want never", s, n)
+	}
+}
+
+func byTopic(m got) string { return m.env.Topic }
+
+// silentListener accepts connections and never answers: a target that
+// times out.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return "http://" + l.Addr().String()
+}
+
+// emf returns the values of the EMF lines in logs.
+func emf(logs string) []map[string]any {
+	var out []map[string]any
+	for _, line := range lambdatest.JSONLines(logs) {
+		if _, ok := line["_aws"]; ok {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func position(t *testing.T, db *testdb.DB, relay string) int64 {
+	t.Helper()
+	return testdb.Scalar[int64](t, db.Pool, `SELECT position FROM outbox.consumers WHERE name = $1`, "relay:"+relay)
+}
+
+func streamName(arn string) string { return arn[strings.LastIndex(arn, "/")+1:] }

@@ -1,0 +1,213 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
+	"github.com/outboxkeeper/outboxkeeper/shared/target"
+)
+
+const benchConcurrency = 4
+
+func benchService(b *testing.B, db *testdb.DB, cfg Config) *Service {
+	b.Helper()
+	cfg.Schema = testdb.Schema
+	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(b), Options: pass.Options{
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "relay", Out: io.Discard}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// benchPayload is an order of a realistic size, the same as
+// shared/target's BenchmarkBareSend sends.
+func benchPayload(i int) string {
+	return fmt.Sprintf(`{"order": %d, "customer": "c-%d", "total": "129.90", "items": 3}`, i, i%97)
+}
+
+// BenchmarkRelayThroughput: a backlog of committed events relayed to a
+// standard SQS queue on fauxqs by one bounded pass (RELAY_CONCURRENCY=4,
+// RELAY_GROUP_BY=none, the default batch), side by side with the bare
+// SendMessageBatch loop sending the same envelopes, pre-built in calls of
+// ten, with the same client and concurrency and no database. It reports
+// each arm's messages per second and relay/bare (the target: at least
+// 0.7).
+func BenchmarkRelayThroughput(b *testing.B) {
+	n := benchkit.Size(100_000, 1_000)
+	db := testdb.New(b)
+	ctx := context.Background()
+	db.Exec(b, `INSERT INTO outbox.events (sequence, xid, topic, payload)
+		SELECT g, pg_current_xact_id(), 'orders.created',
+			jsonb_build_object('order', g, 'customer', 'c-' || g % 97, 'total', '129.90', 'items', 3)
+		FROM generate_series(1, $1) g`, n)
+	db.Exec(b, `SELECT setval('outbox.events_sequence_seq', $1)`, n)
+	db.Exec(b, `UPDATE outbox.fill_state SET started = true, watermark = $1`, n)
+	db.Exec(b, `VACUUM ANALYZE outbox.events`)
+
+	// The bare loop's batches: the envelopes the relay builds, read back.
+	rows, err := db.Pool.Query(ctx, `SELECT sequence, topic, payload, headers, recorded_at FROM outbox.events ORDER BY sequence`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var batches [][]types.SendMessageBatchRequestEntry
+	for rows.Next() {
+		var e target.Event
+		if err := rows.Scan(&e.Sequence, &e.Topic, &e.Payload, &e.Headers, &e.RecordedAt); err != nil {
+			b.Fatal(err)
+		}
+		body, err := target.Envelope(e)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if (e.Sequence-1)%10 == 0 {
+			batches = append(batches, nil)
+		}
+		last := &batches[len(batches)-1]
+		*last = append(*last, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(len(*last))), MessageBody: aws.String(string(body))})
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	client := sqs.NewFromConfig(awstest.Config(b))
+
+	samples := benchkit.Samples{}
+	bare := benchkit.Arm{Name: "bare", Run: func() time.Duration {
+		url := sqstest.NewQueue(b, client, "bench-bare", nil)
+		return benchkit.Timed(func() {
+			if err := sqstest.BareSend(ctx, client, url, batches, benchConcurrency); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}}
+	relay := benchkit.Arm{Name: "relay", Run: func() time.Duration {
+		url := sqstest.NewQueue(b, client, "bench-relay", nil)
+		s := benchService(b, db, Config{Target: url, GroupBy: GroupByNone, Concurrency: benchConcurrency, Bounded: true, PassBudget: 10 * time.Minute})
+		db.Exec(b, `DELETE FROM outbox.consumers WHERE name = 'relay:default'`)
+		return benchkit.Timed(func() {
+			res, err := s.RunOnce(ctx, nil)
+			if err != nil || res.Sent != int64(n) {
+				b.Fatalf("relay: sent %d of %d: %v %s", res.Sent, n, err, pass.String(res))
+			}
+		})
+	}}
+	b.ResetTimer()
+	for rep := range b.N {
+		samples.Alternate(rep, bare, relay)
+	}
+	b.StopTimer()
+	bareRate, relayRate := float64(n)/samples.Median("bare"), float64(n)/samples.Median("relay")
+	b.ReportMetric(bareRate, "bare-msgs/s")
+	b.ReportMetric(relayRate, "relay-msgs/s")
+	b.ReportMetric(relayRate/bareRate, "relay/bare")
+}
+
+// BenchmarkRelayLatency: commit → message visible in an SQS queue on
+// fauxqs, with a watching relay at RELAY_TICK=200ms and the template's
+// settings otherwise, one event committed every 20 to 120 ms and no
+// older transaction open, read by a consumer long-polling the queue. It
+// reports the latency's p50 and p99 in milliseconds (the target: p99 at
+// most 1 s).
+func BenchmarkRelayLatency(b *testing.B) {
+	events := benchkit.Size(400, 25)
+	client := sqs.NewFromConfig(awstest.Config(b))
+	var all []float64
+	b.ResetTimer()
+	for range b.N {
+		all = append(all, latencyRun(b, client, events)...)
+	}
+	b.StopTimer()
+	slices.Sort(all)
+	pct := func(p float64) float64 { return all[min(len(all)-1, int(p*float64(len(all))))] }
+	b.ReportMetric(pct(0.5), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(all[len(all)-1], "max-ms")
+}
+
+// latencyRun relays events commits once and returns each one's latency
+// in milliseconds.
+func latencyRun(b *testing.B, client *sqs.Client, events int) []float64 {
+	b.Helper()
+	db := testdb.New(b)
+	url := sqstest.NewQueue(b, client, "bench-latency", nil)
+	s := benchService(b, db, Config{Target: url, Tick: DefaultTick, PassBudget: time.Duration(events)*120*time.Millisecond + 5*time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var mu sync.Mutex
+	committed, received := map[int64]time.Time{}, map[int64]time.Time{}
+	relayed := make(chan error, 1)
+	go func() {
+		_, err := s.RunOnce(ctx, nil)
+		relayed <- err
+	}()
+	go func() {
+		for ctx.Err() == nil {
+			out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+			if err != nil {
+				continue
+			}
+			at := time.Now()
+			for _, m := range out.Messages {
+				var e struct {
+					Sequence int64 `json:"sequence"`
+				}
+				if json.Unmarshal([]byte(aws.ToString(m.Body)), &e) == nil {
+					mu.Lock()
+					received[e.Sequence] = at
+					mu.Unlock()
+				}
+				_, _ = client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // the pass has taken its lease
+	for i := range events {
+		seq := testdb.Scalar[int64](b, db.Pool, `SELECT outbox.publish('orders.created', $1::jsonb)`, benchPayload(i))
+		mu.Lock()
+		committed[seq] = time.Now()
+		mu.Unlock()
+		time.Sleep(time.Duration(20+rand.IntN(100)) * time.Millisecond)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(received)
+		mu.Unlock()
+		if n >= events || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-relayed
+	mu.Lock()
+	defer mu.Unlock()
+	var out []float64
+	for seq, c := range committed {
+		r, ok := received[seq]
+		if !ok {
+			b.Fatalf("sequence %d never arrived", seq)
+		}
+		out = append(out, float64(r.Sub(c).Microseconds())/1000)
+	}
+	return out
+}
