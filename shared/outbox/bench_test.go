@@ -22,7 +22,8 @@ import (
 // bareRangeScan is what read_events costs at the least: the same page of
 // the same rows by a plain index range scan, with no watermark and no
 // contiguity test.
-const bareRangeScan = `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
+const bareRangeScan = `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, ''),
+		coalesce(aggregate_type, ''), coalesce(aggregate_id, ''), coalesce(event_type, '')
 	FROM outbox.events WHERE sequence > $1 ORDER BY sequence LIMIT $2`
 
 // BenchmarkReadEvents: pages of 100 (Consume's default batch) at random
