@@ -547,7 +547,7 @@ func TestAdoptedViewKeepsTheApplicationsStatements(t *testing.T) {
 	}
 
 	type event struct {
-		Sequence                                              int64
+		Sequence                                             int64
 		XID, Topic, Payload, Headers, AggType, AggID, EvType *string
 	}
 	rows, err := db.Pool.Query(ctx, `SELECT sequence, xid::text, topic, payload::text, headers::text, aggregate_type, aggregate_id, event_type
