@@ -279,7 +279,7 @@ var ways = []allocation{
 	{"the default of a table of its own", func(ctx context.Context, tx pgx.Tx) error {
 		// A writer that may create tables copies the events table's
 		// defaults: it still allocates through the allocator.
-		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE mine (LIKE outbox.events INCLUDING DEFAULTS)`); err != nil {
+		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE mine (LIKE outbox.events INCLUDING DEFAULTS) ON COMMIT DROP`); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO mine (topic, payload) VALUES ('t', '{}')`)
