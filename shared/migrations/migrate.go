@@ -250,7 +250,7 @@ type SchemaTakenError struct {
 	Hint    string
 }
 
-func (e *SchemaTakenError) Error() string { return "migrate: " + e.Message + " (" + e.Hint + ")" }
+func (e *SchemaTakenError) Error() string { return "migrate: " + e.Message + ". " + e.Hint }
 
 // asSchemaTaken turns refuse_foreign_schema's refusal (duplicate_schema)
 // into a *SchemaTakenError, and wraps anything else.

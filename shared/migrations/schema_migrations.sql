@@ -68,7 +68,7 @@ BEGIN
         RAISE EXCEPTION 'schema % already exists in database % and is not an outboxkeeper schema: it holds % object(s) (%), and no %.schema_migrations of ours; nothing was changed',
             {{schema_name}}, pg_catalog.current_database(), v_count, v_objects, {{schema_name}}
             USING ERRCODE = 'duplicate_schema',
-                  HINT = 'Choose another outbox schema (OUTBOX_SCHEMA, or --schema), or move what is in that schema elsewhere.';
+                  HINT = 'Choose another outbox schema (OUTBOX_SCHEMA, or --schema), or move what that schema holds elsewhere.';
     END IF;
 END
 $$;
