@@ -15,10 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
 
@@ -302,12 +300,8 @@ func adoptUnderLoad(t *testing.T, old oldRelay) {
 	// closing the gaps the new path's rollbacks leave.
 	filling, stopFilling := context.WithCancel(ctx)
 	defer stopFilling()
+	s := newFill(t, db.Pool, 2*time.Second)
 	go func() {
-		s, err := fill.New(db.Pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: 2 * time.Second, Tick: 50 * time.Millisecond},
-			fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: ioDiscard{}}})
-		if err != nil {
-			return
-		}
 		for filling.Err() == nil {
 			_, _ = s.RunOnce(filling)
 			time.Sleep(50 * time.Millisecond)
@@ -413,10 +407,6 @@ func adoptUnderLoad(t *testing.T, old oldRelay) {
 }
 
 func first(s []string) []string { return s[:min(len(s), 5)] }
-
-type ioDiscard struct{}
-
-func (ioDiscard) Write(p []byte) (int, error) { return len(p), nil }
 
 // Adopt refuses, changing nothing, what it cannot adopt soundly: it names
 // the input each time.

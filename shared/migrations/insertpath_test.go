@@ -31,11 +31,7 @@ import (
 // §3.3 against the writers of these tests.
 func fillPass(t *testing.T, pool *pgxpool.Pool, budget time.Duration) *fill.Result {
 	t.Helper()
-	s, err := fill.New(pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: budget, Tick: 50 * time.Millisecond},
-		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newFill(t, pool, budget)
 	ctx, cancel := context.WithTimeout(context.Background(), budget+30*time.Second)
 	defer cancel()
 	res, err := s.RunOnce(ctx)
@@ -43,6 +39,17 @@ func fillPass(t *testing.T, pool *pgxpool.Pool, budget time.Duration) *fill.Resu
 		t.Fatalf("fill: %v (%+v)", err, res)
 	}
 	return res
+}
+
+// newFill is the fill of fillPass: bounded, no grace, short ticks.
+func newFill(t *testing.T, pool *pgxpool.Pool, budget time.Duration) *fill.Service {
+	t.Helper()
+	s, err := fill.New(pool, fill.Config{Grace: fill.NoGrace, Bounded: true, PassBudget: budget, Tick: 50 * time.Millisecond},
+		fill.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // report hands compensate one rollback report, as its queue would, and
