@@ -71,8 +71,9 @@ type consumed struct {
 	FilledBy *string         `json:"filled_by"`
 }
 
-// Each example publishes in transactions (three orders, a declined one of
-// two that rolls back and is reported with its xid, one more), the
+// Each example publishes with plain INSERTs, as the writer role, in
+// transactions (three orders, a declined one of two that rolls back and is
+// reported with its xid, one more), the
 // compensate function fills the reported rollback from the queue, and the
 // example's consumer reads everything in order with read_events,
 // placeholders marked, committing its position with commit_position.
@@ -89,10 +90,13 @@ func TestExamplePublishesReportsAndConsumes(t *testing.T) {
 				testenv.Skip(t, why)
 			}
 			db := testdb.New(t)
+			// The application's role, as grant_writer sets it up: the
+			// example's INSERT names the payload columns only.
+			writer := db.Writer(t)
 			client := sqstest.Client(t)
 			queue := sqstest.NewQueue(t, client, "reports-"+lang.name, nil)
 			env := append(os.Environ(),
-				"DATABASE_URL="+db.URL,
+				"DATABASE_URL="+writer.URL,
 				"OUTBOX_SCHEMA="+db.Schema.Name(),
 				"ROLLBACK_QUEUE_URL="+queue,
 			)

@@ -2,10 +2,12 @@
 // Node.js: `pg` talks to PostgreSQL, `@aws-sdk/client-sqs` to the
 // rollback report queue. The recipe, in three parts:
 //
-// - publish inside your own transaction with
-//   `<schema>.publish(topic, payload, headers)`; it takes the
-//   transaction's xid before it allocates a sequence, so nothing else is
-//   needed for soundness;
+// - publish inside your own transaction with a plain
+//   `INSERT INTO <schema>.events (topic, payload, headers)`: the table's
+//   defaults take the transaction's xid before they allocate the
+//   sequence, so nothing else is needed for soundness
+//   (`<schema>.publish(topic, payload, headers)` does the same as a
+//   function call);
 // - if the transaction does not commit, send the sequences it published
 //   and its xid to the report queue, and the compensate function fills
 //   them at once instead of after the fill function's grace. Read the xid
@@ -43,9 +45,11 @@ export function quoteSchema(schema) {
 
 // publish publishes one event in the client's current transaction and
 // returns its sequence (a bigint arrives as a string; it is a Number here
-// while it is below 2^53).
+// while it is below 2^53): a plain INSERT of the payload columns, whose
+// sequence and xid the table's defaults fill in (the writer role may not
+// name them).
 export async function publish(client, schema, topic, payload, headers = null) {
-  const { rows } = await client.query(`SELECT ${quoteSchema(schema)}.publish($1, $2, $3) AS sequence`, [
+  const { rows } = await client.query(`INSERT INTO ${quoteSchema(schema)}.events (topic, payload, headers) VALUES ($1, $2, $3) RETURNING sequence`, [
     topic,
     JSON.stringify(payload),
     headers === null ? null : JSON.stringify(headers),

@@ -3,9 +3,11 @@
 psycopg 3 talks to PostgreSQL, boto3 to the rollback report queue. The
 recipe, in three parts:
 
-* publish inside your own transaction with ``<schema>.publish(topic,
-  payload, headers)``; it takes the transaction's xid before it allocates
-  a sequence, so nothing else is needed for soundness;
+* publish inside your own transaction with a plain ``INSERT INTO
+  <schema>.events (topic, payload, headers)``: the table's defaults take
+  the transaction's xid before they allocate the sequence, so nothing else
+  is needed for soundness (``<schema>.publish(topic, payload, headers)``
+  does the same as a function call);
 * if the transaction does not commit, send the sequences it published and
   its xid to the report queue, and the compensate function fills them at
   once instead of after the fill function's grace. The xid must be read
@@ -48,9 +50,11 @@ def schema_sql(text, schema):
 
 def publish(conn, schema, topic, payload, headers=None):
     """Publish one event in the connection's current transaction and
-    return its sequence."""
+    return its sequence: a plain INSERT of the payload columns, whose
+    sequence and xid the table's defaults fill in (the writer role may not
+    name them)."""
     row = conn.execute(
-        schema_sql("SELECT {schema}.publish(%s, %s, %s)", schema),
+        schema_sql("INSERT INTO {schema}.events (topic, payload, headers) VALUES (%s, %s, %s) RETURNING sequence", schema),
         (topic, Jsonb(payload), Jsonb(headers) if headers is not None else None),
     ).fetchone()
     return row[0]

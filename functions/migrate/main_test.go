@@ -225,7 +225,9 @@ func TestDatabaseErrorFailsTheDeployment(t *testing.T) {
 	ev, payload := r.event(t, "create", "taken")
 	p := invoke(t, fn, r, payload)
 	checkPUT(t, p, ev)
-	reason := `outboxkeeper could not migrate schema taken: migrate: apply 0001_events.sql: ERROR: relation "events" already exists (SQLSTATE 42P07) (log stream ` + logStream + `)`
+	reason := `outboxkeeper could not migrate schema taken: migrate: schema taken already exists in database ` + db.Name +
+		` and is not an outboxkeeper schema: it holds 1 object(s) (table events), and no taken.schema_migrations of ours; nothing was changed. ` +
+		`Choose another outbox schema (OUTBOX_SCHEMA, or --schema), or move what that schema holds elsewhere. (log stream ` + logStream + `)`
 	if w := want(ev, "FAILED", "outboxkeeper-migrations-taken", reason, nil); p.Body != w {
 		t.Errorf("response:\n got %s\nwant %s", p.Body, w)
 	}

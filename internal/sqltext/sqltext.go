@@ -129,3 +129,92 @@ func (f File) Tag(name string) string {
 	}
 	return tag(f.name, name)
 }
+
+// Positional rewrites a statement's named arguments (@name) as $1, $2, …
+// for a driver that takes positional ones only (database/sql's), and
+// returns the names in their order: the same name is the same $n. String
+// literals, quoted identifiers, comments and dollar-quoted bodies are
+// passed over, so an @ inside them is never taken for an argument; an @
+// not followed by a letter or _ (the jsonb operators @>, @?, @@) is an
+// operator.
+func Positional(sql string) (string, []string) {
+	var out strings.Builder
+	var names []string
+	index := map[string]int{}
+	ident := func(c byte, first bool) bool {
+		return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9')
+	}
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == '\'' || c == '"':
+			end := i + 1
+			for end < len(sql) {
+				if sql[end] == c {
+					if end+1 < len(sql) && sql[end+1] == c { // '' or "" inside
+						end += 2
+						continue
+					}
+					break
+				}
+				end++
+			}
+			end = min(end+1, len(sql))
+			out.WriteString(sql[i:end])
+			i = end
+		case c == '-' && strings.HasPrefix(sql[i:], "--"):
+			end := strings.IndexByte(sql[i:], '\n')
+			if end < 0 {
+				end = len(sql) - i
+			}
+			out.WriteString(sql[i : i+end])
+			i += end
+		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
+			end := strings.Index(sql[i+2:], "*/")
+			if end < 0 {
+				end = len(sql) - i - 2
+			} else {
+				end += 2
+			}
+			out.WriteString(sql[i : i+2+end])
+			i += 2 + end
+		case c == '$':
+			// A dollar quote: $$ or $tag$ up to the same again.
+			j := i + 1
+			for j < len(sql) && ident(sql[j], j == i+1) {
+				j++
+			}
+			if j < len(sql) && sql[j] == '$' {
+				tag := sql[i : j+1]
+				end := strings.Index(sql[j+1:], tag)
+				stop := len(sql)
+				if end >= 0 {
+					stop = j + 1 + end + len(tag)
+				}
+				out.WriteString(sql[i:stop])
+				i = stop
+				continue
+			}
+			out.WriteByte(c)
+			i++
+		case c == '@' && i+1 < len(sql) && ident(sql[i+1], true) && (i == 0 || !ident(sql[i-1], false)):
+			j := i + 1
+			for j < len(sql) && ident(sql[j], false) {
+				j++
+			}
+			name := sql[i+1 : j]
+			n, ok := index[name]
+			if !ok {
+				names = append(names, name)
+				n = len(names)
+				index[name] = n
+			}
+			fmt.Fprintf(&out, "$%d", n)
+			i = j
+		default:
+			out.WriteByte(c)
+			i++
+		}
+	}
+	return out.String(), names
+}

@@ -82,3 +82,32 @@ func TestTagStartsTheStatementItNames(t *testing.T) {
 		t.Errorf("the statement %q does not start with its tag", f.Statement("sweep_reset", "o"))
 	}
 }
+
+// Positional numbers each name once, in order of first use, and leaves an
+// @ alone inside literals, identifiers, comments, dollar quotes and the
+// jsonb operators.
+func TestPositionalNumbersNamesAndPassesOverQuotedText(t *testing.T) {
+	for _, c := range []struct {
+		name, in, want string
+		names          []string
+	}{
+		{"names in order, a repeat reused", `SELECT @b, @a, @b`, `SELECT $1, $2, $1`, []string{"b", "a"}},
+		{"a cast after the name", `SELECT @payloads::jsonb[]`, `SELECT $1::jsonb[]`, []string{"payloads"}},
+		{"a string literal", `SELECT '@no', 'it''s @no', @yes`, `SELECT '@no', 'it''s @no', $1`, []string{"yes"}},
+		{"a quoted identifier", `SELECT "@no" FROM t WHERE x = @yes`, `SELECT "@no" FROM t WHERE x = $1`, []string{"yes"}},
+		{"comments", "/* @no */ SELECT @yes -- @no\n, 1", "/* @no */ SELECT $1 -- @no\n, 1", []string{"yes"}},
+		{"a dollar quote", `SELECT $f$ @no $f$, $$@no$$, @yes`, `SELECT $f$ @no $f$, $$@no$$, $1`, []string{"yes"}},
+		{"jsonb operators", `SELECT h @> @want, h @? '$.a'`, `SELECT h @> $1, h @? '$.a'`, []string{"want"}},
+		{"an address in a word", `SELECT x@y`, `SELECT x@y`, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, names := Positional(c.in)
+			if got != c.want {
+				t.Errorf("Positional(%q) = %q, want %q", c.in, got, c.want)
+			}
+			if strings.Join(names, ",") != strings.Join(c.names, ",") {
+				t.Errorf("Positional(%q) names = %q, want %q", c.in, names, c.names)
+			}
+		})
+	}
+}

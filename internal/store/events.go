@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -20,8 +21,36 @@ const (
 	FilledByOperator = "operator"
 )
 
-// Events runs the fill's and compensate's statements of events.sql.
+// MaxRead is the most events one read_events call returns, whatever it is
+// asked for: one call is always a bounded amount of work.
+const MaxRead = 10000
+
+// Event is one row of <schema>.events as read_events returns it, for the
+// functions that read the stream (the relay); applications read into
+// shared/outbox's own Event.
+type Event struct {
+	Sequence   int64
+	XID        *uint64 // nil for placeholders
+	Topic      string  // empty for placeholders
+	Payload    json.RawMessage
+	Headers    json.RawMessage
+	RecordedAt time.Time
+	FilledBy   string // empty for real events
+	// The routing columns (Debezium's outbox event router's names),
+	// empty when the writer gave none and for placeholders: what a relay
+	// groups by (AggregateID) and filters on (AggregateType).
+	AggregateType string
+	AggregateID   string
+	EventType     string
+}
+
+// Placeholder says the row marks an abandoned sequence; consumers skip it.
+func (e Event) Placeholder() bool { return e.FilledBy != "" }
+
+// Events runs the statements of events.sql that the functions send: the
+// fill's, compensate's and the relay's.
 type Events struct {
+	readEvents         string
 	presentAfter       string
 	head               string
 	insertPlaceholders string
@@ -32,11 +61,27 @@ type Events struct {
 func NewEvents(schema Schema) *Events {
 	n := schema.Name()
 	return &Events{
+		readEvents:         EventsSQL.Statement("read_events", n),
 		presentAfter:       EventsSQL.Statement("present_after", n),
 		head:               EventsSQL.Statement("allocation_head", n),
 		insertPlaceholders: EventsSQL.Statement("insert_placeholders", n),
 		insertMissing:      EventsSQL.Statement("insert_missing", n),
 	}
+}
+
+// ReadContiguous returns up to limit events after the cursor, in sequence
+// order, through read_events: never past the first missing sequence whose
+// writer may still commit (docs/design.md §2). Placeholders are included,
+// so a position moves over them.
+func (e *Events) ReadContiguous(ctx context.Context, q Querier, after int64, limit int) ([]Event, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	out, err := Rows(ctx, q, e.readEvents, pgx.StrictNamedArgs{"after": after, "max": limit}, pgx.RowToStructByPos[Event])
+	if err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", after, err)
+	}
+	return out, nil
 }
 
 // PresentAfter returns the sequences present after `after`, at most limit of

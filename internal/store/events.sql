@@ -1,6 +1,7 @@
 -- Every statement on {{schema}}.events, whoever runs it: the application's
--- publish and read (shared/outbox), the fill's page read and placeholders,
--- compensate's placeholders, the prune's delete.
+-- publish and read (shared/outbox), the relay's read (store.Events), the
+-- fill's page read and placeholders, compensate's placeholders, the
+-- prune's delete.
 
 -- name: publish
 -- publish_batch takes the transaction's xid before it allocates a sequence
@@ -9,11 +10,24 @@
 SELECT s, pg_current_xact_id()
 FROM {{schema}}.publish_batch(@topic, @payloads::jsonb[], @headers) AS s;
 
+-- name: publish_routed
+-- Events with routing columns, from the Go library: a plain INSERT, whose
+-- defaults take the transaction's xid before they allocate each sequence
+-- (the allocator, §3.1), one row per payload in the payloads' order. The
+-- xid the rows store is read back, so a rollback report names it exactly.
+INSERT INTO {{schema}}.events (topic, payload, headers, aggregate_type, aggregate_id, event_type)
+SELECT @topic::text, p.payload, @headers::jsonb, @aggregate_type::text, @aggregate_id::text, @event_type::text
+FROM unnest(@payloads::jsonb[]) WITH ORDINALITY AS p (payload, n)
+ORDER BY p.n
+RETURNING sequence, xid;
+
 -- name: read_events
 -- The read side of every language (docs/design.md §2): the rows after the
 -- cursor, up to and never past the first missing sequence above the fill
--- watermark. A placeholder's topic and a real event's filled_by read as ''.
-SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
+-- watermark. A placeholder's topic, a real event's filled_by and a routing
+-- column never written read as ''.
+SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, ''),
+       coalesce(aggregate_type, ''), coalesce(aggregate_id, ''), coalesce(event_type, '')
 FROM {{schema}}.read_events(@after, @max);
 
 -- name: present_after

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
@@ -147,6 +149,7 @@ type bookkeeping struct {
 	lockTimeout string
 
 	pinPath, setLockTimeout, lock string
+	refuseForeign                 string
 	schemaExists, columnsExist    string
 	createSchema, createTable     string
 	addColumns                    string
@@ -160,6 +163,7 @@ func newBookkeeping(schema string, lockTimeout time.Duration) bookkeeping {
 		pinPath:        schemaMigrationsSQL.Statement("pin_path", schema),
 		setLockTimeout: schemaMigrationsSQL.Statement("lock_timeout", schema),
 		lock:           schemaMigrationsSQL.Statement("lock", schema),
+		refuseForeign:  schemaMigrationsSQL.Statement("refuse_foreign_schema", schema),
 		schemaExists:   schemaMigrationsSQL.Statement("schema_exists", schema),
 		columnsExist:   schemaMigrationsSQL.Statement("columns_exist", schema),
 		createSchema:   schemaMigrationsSQL.Statement("create_schema", schema),
@@ -235,6 +239,28 @@ func short(sum string) string {
 		return sum[:12]
 	}
 	return sum
+}
+
+// SchemaTakenError is a schema of the outbox's name that outboxkeeper did
+// not make: it holds other objects and no schema_migrations of ours. The
+// migrator changes nothing in it.
+type SchemaTakenError struct {
+	// Message is the server's, naming the schema, the database and what
+	// the schema holds.
+	Message string
+	Hint    string
+}
+
+func (e *SchemaTakenError) Error() string { return "migrate: " + e.Message + ". " + e.Hint }
+
+// asSchemaTaken turns refuse_foreign_schema's refusal (duplicate_schema)
+// into a *SchemaTakenError, and wraps anything else.
+func asSchemaTaken(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P06" {
+		return &SchemaTakenError{Message: pgErr.Message, Hint: pgErr.Hint}
+	}
+	return fmt.Errorf("migrate: check schema: %w", err)
 }
 
 // The defaults of ApplyOptions.
@@ -429,6 +455,9 @@ func (b bookkeeping) prepare(ctx context.Context, tx pgx.Tx) (lockStep string, e
 	}
 	if _, err := tx.Exec(ctx, b.lock); err != nil {
 		return "the migrators' advisory lock (another migrator is running)", fmt.Errorf("migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, b.refuseForeign); err != nil {
+		return "", asSchemaTaken(err)
 	}
 	var exists bool
 	if err := tx.QueryRow(ctx, b.schemaExists).Scan(&exists); err != nil {

@@ -52,6 +52,8 @@ func Print(w io.Writer, schema, after string) error {
 	p("-- nothing applied) instead of queueing every publisher behind it; run it again later.\n")
 	p("%s;\n", b.lockTimeoutLiteral())
 	p("%s;\n", b.lock)
+	p("-- A schema of this name that outboxkeeper did not make stops the script here (42P06).\n")
+	p("%s;\n", b.refuseForeign)
 	p("%s;\n", b.createSchema)
 	p("%s;\n", b.createTable)
 	p("%s;\n", b.addColumns)

@@ -25,6 +25,54 @@ SELECT pg_advisory_xact_lock(hashtext('outboxkeeper.migrate'), hashtext({{schema
 -- privilege on the database before it looks.
 SELECT to_regnamespace({{schema_name}}) IS NOT NULL;
 
+-- name: refuse_foreign_schema
+-- A schema of that name that outboxkeeper did not make is refused before
+-- anything is created: migrating it would put our tables beside someone
+-- else's, or fail half-way on a name they already use. Ours has a
+-- schema_migrations table with a name column (another tool's bookkeeping
+-- table, golang-migrate's (version, dirty) say, does not count); an empty
+-- schema, made by a DBA for outboxkeeper to fill, is accepted. It runs
+-- after pin_path, so every name below resolves in pg_catalog.
+DO $$
+DECLARE
+    v_objects text;
+    v_count   bigint;
+BEGIN
+    IF pg_catalog.to_regnamespace({{schema_name}}) IS NULL THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_attribute a
+               WHERE a.attrelid = pg_catalog.to_regclass('{{schema}}.schema_migrations')
+                 AND a.attname = 'name' AND NOT a.attisdropped) THEN
+        RETURN;
+    END IF;
+    SELECT count(*), string_agg(o.what, ', ' ORDER BY o.what) FILTER (WHERE o.n <= 5)
+    INTO v_count, v_objects
+    FROM (SELECT w.what, row_number() OVER (ORDER BY w.what) AS n
+          FROM (SELECT CASE c.relkind WHEN 'r' THEN 'table ' WHEN 'v' THEN 'view ' WHEN 'S' THEN 'sequence '
+                                      WHEN 'm' THEN 'materialized view ' WHEN 'p' THEN 'table '
+                                      WHEN 'f' THEN 'foreign table ' ELSE 'relation ' END
+                           || c.relname AS what
+                FROM pg_catalog.pg_class c
+                WHERE c.relnamespace = pg_catalog.to_regnamespace({{schema_name}})
+                  AND c.relkind <> ALL (ARRAY['i', 'I', 't', 'c']::"char"[])
+                UNION ALL
+                SELECT 'function ' || p.oid::pg_catalog.regprocedure::text
+                FROM pg_catalog.pg_proc p WHERE p.pronamespace = pg_catalog.to_regnamespace({{schema_name}})
+                UNION ALL
+                SELECT 'type ' || t.typname
+                FROM pg_catalog.pg_type t
+                WHERE t.typnamespace = pg_catalog.to_regnamespace({{schema_name}})
+                  AND t.typrelid = 0 AND t.typcategory <> 'A') AS w) AS o;
+    IF v_count > 0 THEN
+        RAISE EXCEPTION 'schema % already exists in database % and is not an outboxkeeper schema: it holds % object(s) (%), and no %.schema_migrations of ours; nothing was changed',
+            {{schema_name}}, pg_catalog.current_database(), v_count, v_objects, {{schema_name}}
+            USING ERRCODE = 'duplicate_schema',
+                  HINT = 'Choose another outbox schema (OUTBOX_SCHEMA, or --schema), or move what that schema holds elsewhere.';
+    END IF;
+END
+$$;
+
 -- name: create_schema
 CREATE SCHEMA IF NOT EXISTS {{schema}};
 

@@ -160,6 +160,9 @@ func toolBody(b bookkeeping, schema string, m Migration, first bool, done []Migr
 	p("%s;\n", b.lockTimeoutLiteral())
 	p("%s;\n", b.lock)
 	if creates {
+		// A schema of this name that outboxkeeper did not make stops the
+		// file here (42P06), as it stops the migrator.
+		p("%s;\n", b.refuseForeign)
 		// The migrator's own check: CREATE SCHEMA IF NOT EXISTS would need
 		// CREATE on the database even for a schema a DBA made beforehand.
 		p("DO $$ BEGIN IF pg_catalog.to_regnamespace(%s) IS NULL THEN CREATE SCHEMA %s; END IF; END $$;\n", literal(b.quoted), b.quoted)

@@ -22,7 +22,8 @@ import (
 // bareRangeScan is what read_events costs at the least: the same page of
 // the same rows by a plain index range scan, with no watermark and no
 // contiguity test.
-const bareRangeScan = `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, '')
+const bareRangeScan = `SELECT sequence, xid, coalesce(topic, ''), payload, headers, recorded_at, coalesce(filled_by, ''),
+		coalesce(aggregate_type, ''), coalesce(aggregate_id, ''), coalesce(event_type, '')
 	FROM outbox.events WHERE sequence > $1 ORDER BY sequence LIMIT $2`
 
 // BenchmarkReadEvents: pages of 100 (Consume's default batch) at random
@@ -129,12 +130,12 @@ func must[T any](v T, err error) T {
 const publishWriters = 4
 
 // bareEvents is the limit's table: events' columns, constraints and
-// indexes, with the sequence a plain column DEFAULT nextval, as an outbox
-// without outboxkeeper has it.
+// indexes, with the sequence a plain column DEFAULT nextval and no xid
+// default, as an outbox without outboxkeeper has it.
 var bareEvents = []string{
 	`CREATE TABLE bare_events (LIKE outbox.events INCLUDING ALL)`,
 	`CREATE SEQUENCE bare_events_seq CACHE 1`,
-	`ALTER TABLE bare_events ALTER sequence SET DEFAULT nextval('bare_events_seq')`,
+	`ALTER TABLE bare_events ALTER sequence SET DEFAULT nextval('bare_events_seq'), ALTER xid DROP DEFAULT`,
 }
 
 // publishSide is one cluster's databases: notifications off in one and on
@@ -220,6 +221,43 @@ var publishPayload = map[string]any{"id": 1, "total": "12.50"}
 
 const publishPayloadJSON = `{"id":1,"total":"12.50"}`
 
+// inTx is one transaction on pool: BEGIN, sql with a topic and a payload,
+// COMMIT.
+func inTx(pool *pgxpool.Pool, sql string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, sql, "order.placed", publishPayloadJSON)
+			return err
+		})
+	}
+}
+
+// arm is one way to publish on the side: rounds of tx, the side's
+// notifications drained after each when it notifies.
+func (s *publishSide) arm(b *testing.B, perRound int, name string, notifies bool, tx func(context.Context) error) benchkit.Arm {
+	return benchkit.Arm{Name: s.name + "/" + name, Run: func() time.Duration {
+		d := round(b, perRound, tx)
+		if notifies {
+			s.drain()
+		}
+		return d
+	}}
+}
+
+// bareInsert is the limit's statement.
+const bareInsert = `INSERT INTO bare_events (topic, payload) VALUES ($1, $2::jsonb)`
+
+// insertArms are the plain INSERT, with the notification off and on, and
+// the limit.
+func (s *publishSide) insertArms(b *testing.B, perRound int) []benchkit.Arm {
+	const insert = `INSERT INTO outbox.events (topic, payload) VALUES ($1, $2::jsonb)`
+	return []benchkit.Arm{
+		s.arm(b, perRound, "bare", false, inTx(s.off, bareInsert)),
+		s.arm(b, perRound, "insert", false, inTx(s.off, insert)),
+		s.arm(b, perRound, "insert-notify", true, inTx(s.on, insert)),
+	}
+}
+
 // arms are the side's ways to publish: the Go library (InTx, Tx.Publish)
 // and SQL publish() with the notification off and on, and the limit, a
 // bare INSERT ... DEFAULT nextval; every one BEGIN, one statement, COMMIT.
@@ -232,25 +270,11 @@ func (s *publishSide) arms(b *testing.B, perRound int) []benchkit.Arm {
 			})
 		}
 	}
-	inTx := func(pool *pgxpool.Pool, sql string) func(context.Context) error {
-		return func(ctx context.Context) error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, sql, "order.placed", publishPayloadJSON)
-				return err
-			})
-		}
-	}
 	arm := func(name string, notifies bool, tx func(context.Context) error) benchkit.Arm {
-		return benchkit.Arm{Name: s.name + "/" + name, Run: func() time.Duration {
-			d := round(b, perRound, tx)
-			if notifies {
-				s.drain()
-			}
-			return d
-		}}
+		return s.arm(b, perRound, name, notifies, tx)
 	}
 	return []benchkit.Arm{
-		arm("bare", false, inTx(s.off, `INSERT INTO bare_events (topic, payload) VALUES ($1, $2::jsonb)`)),
+		arm("bare", false, inTx(s.off, bareInsert)),
 		arm("go", false, goPublish(s.obOff)),
 		arm("go-notify", true, goPublish(s.obOn)),
 		arm("sql", false, inTx(s.off, `SELECT outbox.publish($1, $2::jsonb)`)),
@@ -273,31 +297,12 @@ func BenchmarkPublish(b *testing.B) {
 	// with fsync on) one slow flush of the shared disk moved a median by a
 	// third, from one run to the next.
 	perRound := benchkit.Size(2000, 40)
-	durable := testcluster.Start(b, testcluster.Options{Durable: true, MaxConnections: 50})
-	durableURL := durable.URL("postgres", durable.Password, "postgres", "sslmode=disable")
-	for setting, want := range map[string]string{"fsync": "on", "synchronous_commit": "on"} {
-		var got string
-		if err := testdb.NewOn(b, durableURL).Pool.QueryRow(context.Background(), `SELECT current_setting($1)`, setting).Scan(&got); err != nil || got != want {
-			b.Fatalf("durable cluster: %s = %q, want %q (%v)", setting, got, want, err)
-		}
-	}
-	sides := []*publishSide{
-		newPublishSide(b, "fsync-off", func() *testdb.DB { return testdb.New(b) }),
-		newPublishSide(b, "fsync-on", func() *testdb.DB { return testdb.NewOn(b, durableURL) }),
-	}
+	sides := publishSides(b)
 	var arms []benchkit.Arm
 	for _, s := range sides {
 		arms = append(arms, s.arms(b, perRound)...)
 	}
-	for _, a := range arms {
-		a.Run() // warm up the pools and every plan
-	}
-	samples := benchkit.Samples{}
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep, arms...)
-		rep++
-	}
+	samples := alternate(b, arms)
 	for _, s := range sides {
 		perTx := func(arm string) float64 { return samples.Median(s.name+"/"+arm) / float64(perRound) }
 		bare := perTx("bare")
@@ -307,5 +312,66 @@ func BenchmarkPublish(b *testing.B) {
 			b.ReportMetric(perTx(arm)/bare, s.name+"-"+arm+"/bare")
 		}
 		b.ReportMetric(perTx("go-notify")/perTx("go"), s.name+"-notify/plain")
+	}
+}
+
+// publishSides are the two clusters a publish benchmark compares on: the
+// test cluster (fsync off) and a throwaway durable one (fsync = on,
+// synchronous_commit = on, started here with the machine's initdb),
+// checked at its start.
+func publishSides(b *testing.B) []*publishSide {
+	durable := testcluster.Start(b, testcluster.Options{Durable: true, MaxConnections: 50})
+	durableURL := durable.URL("postgres", durable.Password, "postgres", "sslmode=disable")
+	for setting, want := range map[string]string{"fsync": "on", "synchronous_commit": "on"} {
+		var got string
+		if err := testdb.NewOn(b, durableURL).Pool.QueryRow(context.Background(), `SELECT current_setting($1)`, setting).Scan(&got); err != nil || got != want {
+			b.Fatalf("durable cluster: %s = %q, want %q (%v)", setting, got, want, err)
+		}
+	}
+	return []*publishSide{
+		newPublishSide(b, "fsync-off", func() *testdb.DB { return testdb.New(b) }),
+		newPublishSide(b, "fsync-on", func() *testdb.DB { return testdb.NewOn(b, durableURL) }),
+	}
+}
+
+// alternate warms every arm up once, then runs them in rotating order
+// once a repetition.
+func alternate(b *testing.B, arms []benchkit.Arm) benchkit.Samples {
+	for _, a := range arms {
+		a.Run() // warm up the pools and every plan
+	}
+	samples := benchkit.Samples{}
+	rep := 0
+	for b.Loop() {
+		samples.Alternate(rep, arms...)
+		rep++
+	}
+	return samples
+}
+
+// BenchmarkInsert: committed transactions of one event each from 4
+// concurrent writers, by a plain INSERT INTO outbox.events (topic,
+// payload) whose defaults take the xid and then allocate (the allocator,
+// migration 0019), with the new-event notification off and on, against
+// the limit, the bare INSERT ... DEFAULT nextval of BenchmarkPublish; on
+// the test cluster and on a throwaway durable one, all arms alternating.
+// Reported: ns per transaction and the ratio to the bare insert for each.
+// Target: ≤ 1.2 x the bare insert with fsync on.
+func BenchmarkInsert(b *testing.B) {
+	perRound := benchkit.Size(2000, 40)
+	sides := publishSides(b)
+	var arms []benchkit.Arm
+	for _, s := range sides {
+		arms = append(arms, s.insertArms(b, perRound)...)
+	}
+	samples := alternate(b, arms)
+	for _, s := range sides {
+		perTx := func(arm string) float64 { return samples.Median(s.name+"/"+arm) / float64(perRound) }
+		bare := perTx("bare")
+		b.ReportMetric(bare*1e9, s.name+"-bare-ns/tx")
+		for _, arm := range []string{"insert", "insert-notify"} {
+			b.ReportMetric(perTx(arm)*1e9, s.name+"-"+arm+"-ns/tx")
+			b.ReportMetric(perTx(arm)/bare, s.name+"-"+arm+"/bare")
+		}
 	}
 }

@@ -89,6 +89,10 @@ func (c ConsumerOptions) withDefaults() ConsumerOptions {
 // It returns ctx's error when ctx ends, or handle's error (wrapped, for
 // errors.Is) with the position left where it was.
 func (o *Outbox) Consume(ctx context.Context, opts ConsumerOptions, handle func(ctx context.Context, events []Event) error) error {
+	return o.consume(ctx, opts, handle)
+}
+
+func (c *core) consume(ctx context.Context, opts ConsumerOptions, handle func(ctx context.Context, events []Event) error) error {
 	if opts.Name == "" {
 		return errors.New("outbox: Consume: the consumer needs a Name")
 	}
@@ -102,17 +106,17 @@ func (o *Outbox) Consume(ctx context.Context, opts ConsumerOptions, handle func(
 	// Registers a new consumer at Start and answers a registered one's
 	// stored position (positions never move back), in one call that
 	// needs no privilege on the table itself.
-	position, err := o.commit(ctx, opts.Name, opts.Start)
+	position, err := c.commit(ctx, opts.Name, opts.Start)
 	if err != nil {
 		return fmt.Errorf("outbox: register: %w", err)
 	}
-	w := &waker{listen: opts.Listen, channel: o.schema.EventsChannel()}
+	w := &waker{listen: opts.Listen, channel: c.schema.EventsChannel()}
 	defer w.close()
 	for {
 		// LISTEN before the read that may come back empty, so a commit
 		// between that read and the wait is not missed.
 		w.ensure(ctx)
-		events, err := o.ReadContiguous(ctx, position, opts.Batch)
+		events, err := c.readContiguous(ctx, position, opts.Batch)
 		if err != nil {
 			return ctxOr(ctx, err)
 		}
@@ -127,7 +131,7 @@ func (o *Outbox) Consume(ctx context.Context, opts ConsumerOptions, handle func(
 				opts.Name, events[0].Sequence, events[len(events)-1].Sequence, err)
 		}
 		last := events[len(events)-1].Sequence
-		if position, err = o.commit(ctx, opts.Name, last); err != nil {
+		if position, err = c.commit(ctx, opts.Name, last); err != nil {
 			return ctxOr(ctx, fmt.Errorf("outbox: %w", err))
 		}
 	}
@@ -136,9 +140,9 @@ func (o *Outbox) Consume(ctx context.Context, opts ConsumerOptions, handle func(
 // commit records position for consumer name (registering it) and returns
 // the position stored, which is higher than position when a later one was
 // committed already.
-func (o *Outbox) commit(ctx context.Context, name string, position int64) (int64, error) {
+func (c *core) commit(ctx context.Context, name string, position int64) (int64, error) {
 	var stored int64
-	if err := o.db.QueryRow(ctx, o.sql.commitPosition, pgx.StrictNamedArgs{"name": name, "position": position}).Scan(&stored); err != nil {
+	if err := queryOne(ctx, c.pool, c.sql.commitPosition, pgx.StrictNamedArgs{"name": name, "position": position}, &stored); err != nil {
 		return 0, fmt.Errorf("commit position %d for consumer %q: %w", position, name, err)
 	}
 	return stored, nil

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
 // Delivery is one row of the delivery outbox.
@@ -59,19 +57,16 @@ type NewDelivery struct {
 	Payload   []byte
 }
 
+// scan is the order of the columns of deliveries.sql's claim_pending.
+func (d *Delivery) scan(scan func(dest ...any) error) error {
+	return scan(&d.ID, &d.Recipient, &d.Kind, &d.TenantID, &d.Payload, &d.State, &d.Attempts, &d.Redeliveries,
+		&d.CreatedAt, &d.DeliveredAt, &d.AckedAt, &d.DeadAt)
+}
+
 // Enqueue adds a pending delivery. Pass the application's transaction to
 // enqueue atomically with its own writes, or nil to use the Outbox's DB.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, d NewDelivery) (int64, error) {
-	payload := d.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	args := pgx.StrictNamedArgs{"recipient": d.Recipient, "kind": d.Kind, "tenant_id": d.TenantID, "payload": payload}
-	var id int64
-	if err := o.querier(tx).QueryRow(ctx, o.sql.enqueue, args).Scan(&id); err != nil {
-		return 0, fmt.Errorf("enqueue delivery to %s: %w", d.Recipient, err)
-	}
-	return id, nil
+	return o.enqueue(ctx, o.pgxOr(tx), d)
 }
 
 // ClaimPending locks up to limit pending rows for tx (FOR UPDATE SKIP
@@ -80,23 +75,56 @@ func (o *Outbox) ClaimPending(ctx context.Context, tx pgx.Tx, limit int) ([]Deli
 	if tx == nil {
 		return nil, errors.New("outbox: ClaimPending needs a transaction to hold its row locks")
 	}
-	out, err := store.Rows(ctx, tx, o.sql.claimPending, pgx.StrictNamedArgs{"limit": limit}, pgx.RowToStructByPos[Delivery])
-	if err != nil {
-		return nil, fmt.Errorf("claim pending deliveries: %w", err)
-	}
-	return out, nil
+	return o.claimPending(ctx, pgxExecutor{tx}, limit)
 }
 
 // MarkDelivered moves a delivery pending→delivered (attempts+1,
 // delivered_at now). A lost race returns a *StateConflictError.
 func (o *Outbox) MarkDelivered(ctx context.Context, tx pgx.Tx, id int64) error {
-	return o.move(ctx, o.querier(tx), o.sql.markDelivered, id)
+	return o.move(ctx, o.pgxOr(tx), o.sql.markDelivered, id)
 }
 
 // Ack moves a delivery delivered→acked. A lost race (the sweep reset it,
 // or it was already acked) returns a *StateConflictError.
 func (o *Outbox) Ack(ctx context.Context, tx pgx.Tx, id int64) error {
-	return o.move(ctx, o.querier(tx), o.sql.ack, id)
+	return o.move(ctx, o.pgxOr(tx), o.sql.ack, id)
+}
+
+// pgxOr is tx, or the Outbox's own DB when tx is nil.
+func (o *Outbox) pgxOr(tx pgx.Tx) executor {
+	if tx == nil {
+		return o.pool
+	}
+	return pgxExecutor{tx}
+}
+
+func (c *core) enqueue(ctx context.Context, ex executor, d NewDelivery) (int64, error) {
+	payload := d.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	args := pgx.StrictNamedArgs{"recipient": d.Recipient, "kind": d.Kind, "tenant_id": d.TenantID, "payload": payload}
+	var id int64
+	if err := queryOne(ctx, ex, c.sql.enqueue, args, &id); err != nil {
+		return 0, fmt.Errorf("enqueue delivery to %s: %w", d.Recipient, err)
+	}
+	return id, nil
+}
+
+func (c *core) claimPending(ctx context.Context, ex executor, limit int) ([]Delivery, error) {
+	var out []Delivery
+	err := ex.query(ctx, c.sql.claimPending, pgx.StrictNamedArgs{"limit": limit}, func(scan func(dest ...any) error) error {
+		var d Delivery
+		if err := d.scan(scan); err != nil {
+			return err
+		}
+		out = append(out, d)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim pending deliveries: %w", err)
+	}
+	return out, nil
 }
 
 // transition is one compare-and-set of a delivery's state: its statement
@@ -108,24 +136,17 @@ type transition struct {
 
 // move runs one compare-and-set and turns "0 rows" into a typed error
 // naming the state actually found.
-func (o *Outbox) move(ctx context.Context, q store.Querier, t transition, id int64) error {
-	tag, err := q.Exec(ctx, t.sql, pgx.StrictNamedArgs{"id": id})
+func (c *core) move(ctx context.Context, ex executor, t transition, id int64) error {
+	n, err := ex.exec(ctx, t.sql, pgx.StrictNamedArgs{"id": id})
 	if err != nil {
 		return fmt.Errorf("delivery %d %s→%s: %w", id, t.from, t.to, err)
 	}
-	if tag.RowsAffected() == 1 {
+	if n == 1 {
 		return nil
 	}
 	var actual string
-	if err := q.QueryRow(ctx, o.sql.stateOf, pgx.StrictNamedArgs{"id": id}).Scan(&actual); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err := queryOne(ctx, ex, c.sql.stateOf, pgx.StrictNamedArgs{"id": id}, &actual); err != nil && !errors.Is(err, errNoRows) {
 		return fmt.Errorf("delivery %d %s→%s: read state: %w", id, t.from, t.to, err)
 	}
 	return &StateConflictError{ID: id, From: t.from, To: t.to, Actual: actual}
-}
-
-func (o *Outbox) querier(tx pgx.Tx) store.Querier {
-	if tx == nil {
-		return o.db
-	}
-	return tx
 }

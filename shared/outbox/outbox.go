@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,10 +34,22 @@ type Event struct {
 	// FilledBy says which path wrote a placeholder ("fill", "compensate",
 	// "operator"); empty for real events.
 	FilledBy string
+	// The routing columns, named as Debezium's outbox event router names
+	// them; empty when the writer gave none (Routing), and for
+	// placeholders.
+	AggregateType string
+	AggregateID   string
+	EventType     string
 }
 
 // Placeholder says the row marks an abandoned sequence; consumers skip it.
 func (e Event) Placeholder() bool { return e.FilledBy != "" }
+
+// scan is the order of the columns of events.sql's read_events.
+func (e *Event) scan(scan func(dest ...any) error) error {
+	return scan(&e.Sequence, &e.XID, &e.Topic, &e.Payload, &e.Headers, &e.RecordedAt, &e.FilledBy,
+		&e.AggregateType, &e.AggregateID, &e.EventType)
+}
 
 // RollbackReporter sends a rollback report; sqsreport.Reporter is the one
 // for the compensate function's queue.
@@ -63,13 +76,21 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Outbox is safe for concurrent use.
+// Outbox is the library on pgx (a pool or a connection); SQLOutbox is the
+// same on database/sql. Safe for concurrent use.
 type Outbox struct {
-	db       DB
+	core
+	db DB
+}
+
+// core is what both flavours share: the statements and what runs them
+// outside any transaction of the application's.
+type core struct {
 	schema   store.Schema
 	sql      statements
 	reporter RollbackReporter
 	log      *slog.Logger
+	pool     executor
 }
 
 // New validates the options.
@@ -77,22 +98,30 @@ func New(db DB, opts Options) (*Outbox, error) {
 	if db == nil {
 		return nil, errors.New("outbox: nil DB")
 	}
+	c, err := newCore(opts, pgxExecutor{db})
+	if err != nil {
+		return nil, err
+	}
+	return &Outbox{core: c, db: db}, nil
+}
+
+func newCore(opts Options, pool executor) (core, error) {
 	if opts.Schema == "" {
 		opts.Schema = store.DefaultSchema
 	}
 	schema, err := store.ParseSchema(opts.Schema)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: %w", err)
+		return core{}, fmt.Errorf("outbox: %w", err)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Outbox{
-		db:       db,
+	return core{
 		schema:   schema,
 		sql:      newStatements(schema),
 		reporter: opts.Reporter,
 		log:      opts.Logger,
+		pool:     pool,
 	}, nil
 }
 
@@ -103,64 +132,123 @@ func New(db DB, opts Options) (*Outbox, error) {
 //	tx.Publish(ctx, "order.placed", order, outbox.Headers{"trace_id": traceID})
 type Headers map[string]any
 
+// Routing sets the routing columns of a Publish call's events, the names
+// Debezium's outbox event router gives them: what a relay groups by
+// (AggregateID) and filters on (AggregateType). Given among Publish's
+// payloads it is not a payload (at most one per call); an empty field is
+// NULL.
+//
+//	tx.Publish(ctx, "order.placed", order, outbox.Routing{AggregateType: "order", AggregateID: id, EventType: "OrderPlaced"})
+type Routing struct {
+	AggregateType string
+	AggregateID   string
+	EventType     string
+}
+
 // Publish records one event per payload in tx, in one round trip, and
 // returns their sequences in order. The transaction gets its xid before
 // any sequence is allocated, and the xid is stored in each row (docs/design.md
 // §3.1). A payload is marshalled to JSON unless it is already []byte or
-// json.RawMessage; an outbox.Headers argument sets the events' headers.
+// json.RawMessage; an outbox.Headers argument sets the events' headers, an
+// outbox.Routing argument their routing columns.
 //
 // Use Tx.Publish (inside InTx, or on a transaction given to Wrap) instead
 // when a rollback should be reported.
 func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, topic string, payloads ...any) ([]int64, error) {
-	seqs, _, err := o.publish(ctx, tx, topic, payloads)
+	if tx == nil {
+		return nil, errNoTx
+	}
+	seqs, _, err := o.publish(ctx, pgxExecutor{tx}, topic, payloads)
 	return seqs, err
 }
 
-func (o *Outbox) publish(ctx context.Context, q store.Querier, topic string, args []any) ([]int64, uint64, error) {
+// publishArgs is one Publish call's arguments, sorted out.
+type publishArgs struct {
+	docs    []string
+	headers any // NULL without
+	routing *Routing
+}
+
+func parsePublishArgs(topic string, args []any) (publishArgs, error) {
+	var p publishArgs
 	if topic == "" {
-		return nil, 0, errors.New("outbox: publish: empty topic")
+		return p, errors.New("outbox: publish: empty topic")
 	}
-	var headers any // NULL without
-	docs := make([]string, 0, len(args))
+	p.docs = make([]string, 0, len(args))
 	for _, a := range args {
-		if h, ok := a.(Headers); ok {
-			if h == nil {
+		switch a := a.(type) {
+		case Headers:
+			if a == nil {
 				continue // no headers, as if none were given
 			}
-			if headers != nil {
-				return nil, 0, fmt.Errorf("outbox: publish to %s: more than one outbox.Headers", topic)
+			if p.headers != nil {
+				return p, fmt.Errorf("outbox: publish to %s: more than one outbox.Headers", topic)
 			}
-			doc, err := json.Marshal(h)
+			doc, err := json.Marshal(a)
 			if err != nil {
-				return nil, 0, fmt.Errorf("outbox: publish to %s: headers: %w", topic, err)
+				return p, fmt.Errorf("outbox: publish to %s: headers: %w", topic, err)
 			}
-			headers = string(doc)
+			p.headers = string(doc)
+			continue
+		case Routing:
+			if p.routing != nil {
+				return p, fmt.Errorf("outbox: publish to %s: more than one outbox.Routing", topic)
+			}
+			p.routing = &a
 			continue
 		}
 		doc, err := toJSON(a)
 		if err != nil {
-			return nil, 0, fmt.Errorf("outbox: publish to %s: payload %d: %w", topic, len(docs), err)
+			return p, fmt.Errorf("outbox: publish to %s: payload %d: %w", topic, len(p.docs), err)
 		}
-		docs = append(docs, string(doc))
+		p.docs = append(p.docs, string(doc))
 	}
-	if len(docs) == 0 {
-		return nil, 0, errors.New("outbox: publish: no payloads")
+	if len(p.docs) == 0 {
+		return p, errors.New("outbox: publish: no payloads")
 	}
-	type published struct {
-		Sequence int64
-		XID      uint64
+	return p, nil
+}
+
+// publish runs in the application's transaction ex: publish_batch, or
+// with routing columns the plain INSERT, whose defaults take the xid
+// before they allocate. Either way the rows' xid comes back with the
+// sequences.
+func (c *core) publish(ctx context.Context, ex executor, topic string, args []any) ([]int64, uint64, error) {
+	p, err := parsePublishArgs(topic, args)
+	if err != nil {
+		return nil, 0, err
 	}
-	named := pgx.StrictNamedArgs{"topic": topic, "payloads": docs, "headers": headers}
-	got, err := store.Rows(ctx, q, o.sql.publish, named, pgx.RowToStructByPos[published])
+	stmt := c.sql.publish
+	named := pgx.StrictNamedArgs{"topic": topic, "payloads": p.docs, "headers": p.headers}
+	if r := p.routing; r != nil {
+		stmt = c.sql.publishRouted
+		named["aggregate_type"], named["aggregate_id"], named["event_type"] = orNull(r.AggregateType), orNull(r.AggregateID), orNull(r.EventType)
+	}
+	seqs := make([]int64, 0, len(p.docs))
+	var xid uint64
+	err = ex.query(ctx, stmt, named, func(scan func(dest ...any) error) error {
+		var s int64
+		if err := scan(&s, &xid); err != nil {
+			return err
+		}
+		seqs = append(seqs, s)
+		return nil
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("publish to %s: %w", topic, err)
 	}
-	seqs := make([]int64, len(got))
-	var xid uint64
-	for i, p := range got {
-		seqs[i], xid = p.Sequence, p.XID
-	}
+	// The INSERT allocates in the payloads' order; its RETURNING order is
+	// not promised.
+	slices.Sort(seqs)
 	return seqs, xid, nil
+}
+
+// orNull is s, or SQL NULL for "".
+func orNull(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 func toJSON(p any) ([]byte, error) {
@@ -185,10 +273,22 @@ func toJSON(p any) ([]byte, error) {
 // still commit. Placeholders are included (Placeholder() is true) so the
 // cursor moves over them.
 func (o *Outbox) ReadContiguous(ctx context.Context, after int64, limit int) ([]Event, error) {
+	return o.readContiguous(ctx, after, limit)
+}
+
+func (c *core) readContiguous(ctx context.Context, after int64, limit int) ([]Event, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	out, err := store.Rows(ctx, o.db, o.sql.readEvents, pgx.StrictNamedArgs{"after": after, "max": limit}, pgx.RowToStructByPos[Event])
+	var out []Event
+	err := c.pool.query(ctx, c.sql.readEvents, pgx.StrictNamedArgs{"after": after, "max": limit}, func(scan func(dest ...any) error) error {
+		var e Event
+		if err := e.scan(scan); err != nil {
+			return err
+		}
+		out = append(out, e)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read events after %d: %w", after, err)
 	}
@@ -196,10 +296,28 @@ func (o *Outbox) ReadContiguous(ctx context.Context, after int64, limit int) ([]
 }
 
 // Head is the allocation head: the highest sequence handed to any writer.
-func (o *Outbox) Head(ctx context.Context) (int64, error) {
+func (o *Outbox) Head(ctx context.Context) (int64, error) { return o.head(ctx) }
+
+func (c *core) head(ctx context.Context) (int64, error) {
 	var h int64
-	if err := o.db.QueryRow(ctx, o.sql.head).Scan(&h); err != nil {
+	if err := queryOne(ctx, c.pool, c.sql.head, nil, &h); err != nil {
 		return 0, fmt.Errorf("read allocation head: %w", err)
 	}
 	return h, nil
+}
+
+// errNoRows: a statement that answers one row answered none.
+var errNoRows = errors.New("no rows")
+
+// queryOne runs a statement that answers one row and scans it into dest.
+func queryOne(ctx context.Context, ex executor, stmt string, args pgx.StrictNamedArgs, dest ...any) error {
+	found := false
+	err := ex.query(ctx, stmt, args, func(scan func(dest ...any) error) error {
+		found = true
+		return scan(dest...)
+	})
+	if err == nil && !found {
+		err = errNoRows
+	}
+	return err
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -392,5 +394,54 @@ func TestDeliveredAtIsTheMarkTime(t *testing.T) {
 	deliveredAt := testdb.Scalar[time.Time](t, db.Pool, `SELECT delivered_at FROM outbox.deliveries WHERE id = $1`, id)
 	if deliveredAt.Sub(claimedAt) < 250*time.Millisecond {
 		t.Fatalf("delivered_at %s is the claim time %s, not the mark time", deliveredAt, claimedAt)
+	}
+}
+
+// Publish with an outbox.Routing argument writes the routing columns, as
+// the writer role, through the plain INSERT: sequences in the payloads'
+// order, the transaction's xid in every row.
+func TestPublishWithRoutingWritesTheRoutingColumns(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ob, err := outbox.New(db.Writer(t).Pool, outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var seqs []int64
+	var xid uint64
+	if err := ob.InTx(ctx, func(ctx context.Context, tx *outbox.Tx) error {
+		var err error
+		seqs, err = tx.Publish(ctx, "order.placed", json.RawMessage(`{"n":1}`), json.RawMessage(`{"n":2}`), json.RawMessage(`{"n":3}`),
+			outbox.Routing{AggregateType: "order", AggregateID: "42"}, outbox.Headers{"h": 1})
+		xid, _ = tx.XID()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !equal(seqs, []int64{1, 2, 3}) {
+		t.Fatalf("published %v, want [1 2 3]", seqs)
+	}
+	evs, err := ob.ReadContiguous(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if want := fmt.Sprintf(`{"n": %d}`, i+1); string(e.Payload) != want {
+			t.Errorf("event %d payload %s, want %s: in the payloads' order", e.Sequence, e.Payload, want)
+		}
+		if e.AggregateType != "order" || e.AggregateID != "42" || e.EventType != "" || string(e.Headers) != `{"h": 1}` {
+			t.Errorf("event %d = %+v, want order/42 with no event type and the headers", e.Sequence, e)
+		}
+		if e.XID == nil || *e.XID != xid {
+			t.Errorf("event %d xid %v, want %d", e.Sequence, e.XID, xid)
+		}
+	}
+	err = ob.InTx(ctx, func(ctx context.Context, tx *outbox.Tx) error {
+		_, err := tx.Publish(ctx, "t", 1, outbox.Routing{AggregateID: "a"}, outbox.Routing{AggregateID: "b"})
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "more than one outbox.Routing") {
+		t.Errorf("two Routing arguments: %v, want a refusal", err)
 	}
 }

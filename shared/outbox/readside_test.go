@@ -615,9 +615,9 @@ func TestWrapReportsARollbackWithTheXID(t *testing.T) {
 	}
 }
 
-// The database/sql recipe of docs/consumers.md: publish with the SQL
-// function, take the xid inside the transaction, report a rollback with
-// it, consume with read_events and commit_position.
+// database/sql code that keeps its own statements, without the library:
+// publish with the SQL function, take the xid inside the transaction,
+// report a rollback with it, consume with read_events and commit_position.
 func TestDatabaseSQLRecipe(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)

@@ -5,7 +5,7 @@ import "github.com/outboxkeeper/outboxkeeper/internal/store"
 // statements are the application's statements, from the tables' files,
 // rendered once for the Outbox's schema.
 type statements struct {
-	publish, readEvents, head string
+	publish, publishRouted, readEvents, head string
 
 	enqueue, claimPending, stateOf string
 	markDelivered, ack             transition
@@ -16,9 +16,10 @@ type statements struct {
 func newStatements(schema store.Schema) statements {
 	n := schema.Name()
 	return statements{
-		publish:    store.EventsSQL.Statement("publish", n),
-		readEvents: store.EventsSQL.Statement("read_events", n),
-		head:       store.EventsSQL.Statement("allocation_head", n),
+		publish:       store.EventsSQL.Statement("publish", n),
+		publishRouted: store.EventsSQL.Statement("publish_routed", n),
+		readEvents:    store.EventsSQL.Statement("read_events", n),
+		head:          store.EventsSQL.Statement("allocation_head", n),
 
 		enqueue:      store.DeliveriesSQL.Statement("enqueue", n),
 		claimPending: store.DeliveriesSQL.Statement("claim_pending", n),

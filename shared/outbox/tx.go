@@ -15,16 +15,24 @@ import (
 // Tx is a transaction whose published sequences are tracked: one run by
 // InTx, or one the application began itself and handed to Wrap. If it
 // does not commit, its sequences are reported at once (with its xid)
-// instead of waiting for the fill function's grace and proof.
+// instead of waiting for the fill function's grace and proof. SQLTx is the
+// same on database/sql.
 type Tx struct {
 	pgx.Tx
-	o     *Outbox
+	t tracker
+}
+
+// tracker is a tracked transaction's bookkeeping, whichever library runs
+// it: the sequences each level published, the xid, what savepoints
+// abandoned, and the report when it does not commit.
+type tracker struct {
+	c     *core
 	state *txState
 	// mine are the sequences allocated at this level (the top level or one
 	// savepoint); they move to state.abandoned if this level rolls back.
 	mine []int64
-	// savepoint: this is the Tx a Savepoint function is handed; it ends
-	// when that function returns, not by Commit or Rollback.
+	// savepoint: this is the transaction a Savepoint function is handed;
+	// it ends when that function returns, not by Commit or Rollback.
 	savepoint bool
 }
 
@@ -33,6 +41,7 @@ type txState struct {
 	hasXID    bool
 	abandoned []int64 // rolled back with a savepoint, inside a tx that may commit
 	ended     bool    // Commit or Rollback ran: nothing more to report
+	depth     int     // savepoints open (database/sql names them by depth)
 }
 
 // Wrap tracks a transaction the application began itself (with its own
@@ -48,16 +57,16 @@ type txState struct {
 //	...
 //	return tx.Commit(ctx)
 func (o *Outbox) Wrap(tx pgx.Tx) *Tx {
-	return &Tx{Tx: tx, o: o, state: &txState{}}
+	return &Tx{Tx: tx, t: tracker{c: &o.core, state: &txState{}}}
 }
 
 // XID is the transaction's id (pg_current_xact_id()) and true once Publish
 // has run in it; a rollback report carries it (docs/design.md §3.4).
-func (t *Tx) XID() (uint64, bool) { return t.state.xid, t.state.hasXID }
+func (t *Tx) XID() (uint64, bool) { return t.t.state.xid, t.t.state.hasXID }
 
 // Sequences are the sequences published in this transaction that are
 // still meant to commit (not rolled back with a savepoint), in order.
-func (t *Tx) Sequences() []int64 { return slices.Clone(t.mine) }
+func (t *Tx) Sequences() []int64 { return slices.Clone(t.t.mine) }
 
 // errSavepointEnds: a savepoint's Tx is ended by its Savepoint function.
 var errSavepointEnds = errors.New("outbox: a savepoint ends when its Savepoint function returns")
@@ -69,23 +78,7 @@ var errSavepointEnds = errors.New("outbox: a savepoint ends when its Savepoint f
 // error would say "not committed"). Calling Commit or Rollback again
 // returns pgx.ErrTxClosed and reports nothing.
 func (t *Tx) Commit(ctx context.Context) error {
-	if t.savepoint {
-		return errSavepointEnds
-	}
-	if t.state.ended {
-		return pgx.ErrTxClosed
-	}
-	t.state.ended = true
-	if err := t.Tx.Commit(ctx); err != nil {
-		return errors.Join(fmt.Errorf("outbox: commit: %w", err), t.reportAbandoned(true))
-	}
-	// The xid is committed, so compensate fills exactly what is missing.
-	// Nothing is lost if the report fails: the fill function proves and
-	// fills the gap after its grace.
-	if rerr := t.reportAbandoned(false); rerr != nil {
-		t.o.log.Warn("outbox: rollback report failed after commit; the fill function will fill the gap", "error", rerr)
-	}
-	return nil
+	return t.t.commit(pgx.ErrTxClosed, func() error { return t.Tx.Commit(ctx) })
 }
 
 // Rollback rolls the transaction back and reports every sequence it
@@ -93,39 +86,12 @@ func (t *Tx) Commit(ctx context.Context) error {
 // Commit it is a no-op returning pgx.ErrTxClosed, as pgx's is, so `defer
 // tx.Rollback(ctx)` is safe.
 func (t *Tx) Rollback(ctx context.Context) error {
-	if t.savepoint {
-		return errSavepointEnds
-	}
-	if t.state.ended {
-		return pgx.ErrTxClosed
-	}
-	t.state.ended = true
-	err := t.Tx.Rollback(context.WithoutCancel(ctx))
-	if err != nil {
-		err = fmt.Errorf("outbox: rollback: %w", err)
-	}
-	return errors.Join(err, t.reportAbandoned(true))
-}
-
-// reportAbandoned reports the savepoint-abandoned sequences, and with all
-// the ones this level published too.
-func (t *Tx) reportAbandoned(all bool) error {
-	seqs := t.state.abandoned
-	if all {
-		seqs = append(slices.Clone(t.mine), seqs...)
-	}
-	return t.o.report(t.state, seqs)
+	return t.t.rollback(pgx.ErrTxClosed, func() error { return t.Tx.Rollback(context.WithoutCancel(ctx)) })
 }
 
 // Publish is Outbox.Publish, remembered for a rollback report.
 func (t *Tx) Publish(ctx context.Context, topic string, payloads ...any) ([]int64, error) {
-	seqs, xid, err := t.o.publish(ctx, t.Tx, topic, payloads)
-	if err != nil {
-		return nil, err
-	}
-	t.state.xid, t.state.hasXID = xid, true
-	t.mine = append(t.mine, seqs...)
-	return seqs, nil
+	return t.t.publish(ctx, pgxExecutor{t.Tx}, topic, payloads)
 }
 
 // Savepoint runs fn inside a savepoint. When fn fails (or panics) the
@@ -136,22 +102,97 @@ func (t *Tx) Savepoint(ctx context.Context, fn func(ctx context.Context, tx *Tx)
 	if err != nil {
 		return fmt.Errorf("outbox: savepoint: %w", err)
 	}
-	child := &Tx{Tx: sp, o: t.o, state: t.state, savepoint: true}
+	child := &Tx{Tx: sp, t: t.t.child()}
+	return t.t.inSavepoint(&child.t,
+		func() error { return fn(ctx, child) },
+		func() error { return sp.Rollback(ctx) },
+		func() error { return sp.Commit(ctx) }) // RELEASE SAVEPOINT
+}
+
+// commit ends the transaction with do (COMMIT) and reports: everything
+// when COMMIT failed, what savepoints abandoned when it succeeded. closed
+// is the library's answer to a transaction already ended.
+func (t *tracker) commit(closed error, do func() error) error {
+	if t.savepoint {
+		return errSavepointEnds
+	}
+	if t.state.ended {
+		return closed
+	}
+	t.state.ended = true
+	if err := do(); err != nil {
+		return errors.Join(fmt.Errorf("outbox: commit: %w", err), t.reportAbandoned(true))
+	}
+	// The xid is committed, so compensate fills exactly what is missing.
+	// Nothing is lost if the report fails: the fill function proves and
+	// fills the gap after its grace.
+	if rerr := t.reportAbandoned(false); rerr != nil {
+		t.c.log.Warn("outbox: rollback report failed after commit; the fill function will fill the gap", "error", rerr)
+	}
+	return nil
+}
+
+// rollback ends the transaction with do (ROLLBACK) and reports everything
+// it published.
+func (t *tracker) rollback(closed error, do func() error) error {
+	if t.savepoint {
+		return errSavepointEnds
+	}
+	if t.state.ended {
+		return closed
+	}
+	t.state.ended = true
+	err := do()
+	if err != nil {
+		err = fmt.Errorf("outbox: rollback: %w", err)
+	}
+	return errors.Join(err, t.reportAbandoned(true))
+}
+
+// reportAbandoned reports the savepoint-abandoned sequences, and with all
+// the ones this level published too.
+func (t *tracker) reportAbandoned(all bool) error {
+	seqs := t.state.abandoned
+	if all {
+		seqs = append(slices.Clone(t.mine), seqs...)
+	}
+	return t.c.report(t.state, seqs)
+}
+
+// publish runs Publish in the transaction ex and remembers what it
+// allocated and the xid.
+func (t *tracker) publish(ctx context.Context, ex executor, topic string, payloads []any) ([]int64, error) {
+	seqs, xid, err := t.c.publish(ctx, ex, topic, payloads)
+	if err != nil {
+		return nil, err
+	}
+	t.state.xid, t.state.hasXID = xid, true
+	t.mine = append(t.mine, seqs...)
+	return seqs, nil
+}
+
+// child is the bookkeeping of a savepoint inside t.
+func (t *tracker) child() tracker { return tracker{c: t.c, state: t.state, savepoint: true} }
+
+// inSavepoint runs fn in the savepoint child: when fn fails or panics it
+// rolls the savepoint back (its sequences abandoned, to be reported once
+// the transaction ends), else releases it (its sequences now t's).
+func (t *tracker) inSavepoint(child *tracker, fn, rollback, release func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			_ = sp.Rollback(ctx)
+			_ = rollback()
 			t.state.abandoned = append(t.state.abandoned, child.mine...)
 			panic(p)
 		}
 	}()
-	if err := fn(ctx, child); err != nil {
-		if rbErr := sp.Rollback(ctx); rbErr != nil {
+	if err := fn(); err != nil {
+		if rbErr := rollback(); rbErr != nil {
 			err = errors.Join(err, fmt.Errorf("outbox: rollback savepoint: %w", rbErr))
 		}
 		t.state.abandoned = append(t.state.abandoned, child.mine...)
 		return err
 	}
-	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+	if err := release(); err != nil {
 		t.state.abandoned = append(t.state.abandoned, child.mine...)
 		return fmt.Errorf("outbox: release savepoint: %w", err)
 	}
@@ -191,33 +232,40 @@ func (o *Outbox) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 		return fmt.Errorf("outbox: begin: %w", err)
 	}
 	tx := o.Wrap(ptx)
+	return o.runTx(pgx.ErrTxClosed, func() error { return fn(ctx, tx) },
+		func() error { return tx.Rollback(ctx) }, func() error { return tx.Commit(ctx) })
+}
+
+// runTx is InTx for both libraries: fn, then commit, or rollback when fn
+// fails or panics (closed is the library's "already ended").
+func (c *core) runTx(closed error, fn, rollback, commit func() error) error {
 	defer func() {
 		if p := recover(); p != nil {
-			if rerr := tx.Rollback(ctx); rerr != nil {
-				o.log.Error("outbox: rollback report failed while a panic unwinds", "error", rerr)
+			if rerr := rollback(); rerr != nil {
+				c.log.Error("outbox: rollback report failed while a panic unwinds", "error", rerr)
 			}
 			panic(p)
 		}
 	}()
-	if err := fn(ctx, tx); err != nil {
-		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
+	if err := fn(); err != nil {
+		if rerr := rollback(); rerr != nil && !errors.Is(rerr, closed) {
 			return errors.Join(err, rerr)
 		}
 		return err
 	}
-	return tx.Commit(ctx)
+	return commit()
 }
 
 // report sends one rollback report; nil when there is nothing to report or
 // no reporter.
-func (o *Outbox) report(state *txState, sequences []int64) error {
-	if len(sequences) == 0 || o.reporter == nil {
+func (c *core) report(state *txState, sequences []int64) error {
+	if len(sequences) == 0 || c.reporter == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
 	defer cancel()
 	r := report.Report{XID: state.xid, HasXID: state.hasXID, Sequences: slices.Sorted(slices.Values(sequences))}
-	if err := o.reporter.Report(ctx, r); err != nil {
+	if err := c.reporter.Report(ctx, r); err != nil {
 		return fmt.Errorf("outbox: report rollback of %d sequences: %w", len(sequences), err)
 	}
 	return nil

@@ -84,7 +84,7 @@ func TestRenderHasEveryRowAndTheMachine(t *testing.T) {
 	var buf bytes.Buffer
 	Render(&buf, Env{Machine: "AMD EPYC, 2 cores", LoadBefore: "0.50, 0.40, 0.30"}, Metrics{}, nil, nil, nil)
 	out := buf.String()
-	for _, want := range []string{"AMD EPYC, 2 cores", "0.50, 0.40, 0.30", "| 1 |", "| 11 |", "| 12 |", "## Fixes"} {
+	for _, want := range []string{"AMD EPYC, 2 cores", "0.50, 0.40, 0.30", "| 1 |", "| 11 |", "| 12 |", "| 13 |", "## Fixes"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("BENCHMARKS.md lacks %q", want)
 		}
@@ -136,5 +136,18 @@ func TestColdRowMetOnlyWhenEveryStatementIsLinear(t *testing.T) {
 	}
 	if row.Judge(over, nil).Met() {
 		t.Error("two plan nodes over their bound: met, want missed")
+	}
+}
+
+func TestInsertRowJudgesTheFsyncOnRatio(t *testing.T) {
+	row := Rows[12] // the plain INSERT: ≤ 1.2 × bare with fsync on
+	if row.N != 13 {
+		t.Fatalf("Rows[12] is row %d, want 13", row.N)
+	}
+	if !row.Judge(Metrics{"BenchmarkInsert": {"fsync-on-insert/bare": 1.09, "fsync-off-insert/bare": 1.6}}, nil).Met() {
+		t.Error("1.09 × bare with fsync on: not met, want met (fsync off is reported, not judged)")
+	}
+	if row.Judge(Metrics{"BenchmarkInsert": {"fsync-on-insert/bare": 1.31}}, nil).Met() {
+		t.Error("1.31 × bare with fsync on: met, want missed")
 	}
 }

@@ -51,7 +51,7 @@ func Render(w io.Writer, env Env, m Metrics, plans Plans, demo *Demo, failed []s
 	p("| kernel, Go | %s; %s |\n", env.Kernel, env.Go)
 	p("| PostgreSQL | %s |\n", env.Postgres)
 	p("| test cluster | %s (the local stack's throwaway cluster, `infra/stack/up.sh`) |\n", env.Settings)
-	p("| durable cluster (row 8) | fsync = on, synchronous_commit = on, full_page_writes = on: a cluster of its own started by `BenchmarkPublish` with the machine's initdb (`internal/testkit/testcluster`), checked at its start |\n")
+	p("| durable cluster (rows 8, 13) | fsync = on, synchronous_commit = on, full_page_writes = on: a cluster of its own started by `BenchmarkPublish` and `BenchmarkInsert` with the machine's initdb (`internal/testkit/testcluster`), checked at its start |\n")
 	p("| PgBouncer (row 9) | %s, transaction mode, the local stack's (`server_check_delay = 0`: every server connection is checked before each hand-out) |\n\n", env.PgBouncer)
 	if len(failed) > 0 {
 		p("**Failed in this run:** %s. Their rows below say *not reported*.\n\n", strings.Join(failed, "; "))

@@ -318,6 +318,20 @@ var Rows = []Row{
 			j.detail("BenchmarkColdCheck")
 			return j.res
 		}},
+	{13, "plain INSERT: `INSERT INTO outbox.events (topic, payload)` through the default allocator (the xid, then the sequence), notification off and on",
+		"the bare `INSERT ... DEFAULT nextval` of row 8 in the same transaction shape, with fsync on (a throwaway durable cluster) and off (the test cluster)",
+		"≤ 1.2 × the bare insert with fsync on; the fsync-off and notification ratios reported",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atMost("BenchmarkInsert", "fsync-on-insert/bare", "fsync on:", 1.2, "%.2f × bare")
+			for _, arm := range []string{"fsync-off-insert", "fsync-on-insert-notify", "fsync-off-insert-notify"} {
+				if v, ok := m.Get("BenchmarkInsert", arm+"/bare"); ok {
+					j.res.Detail = append(j.res.Detail, fmt.Sprintf("%s: %.2f × bare", strings.ReplaceAll(arm, "-", " "), v))
+				}
+			}
+			j.detail("BenchmarkInsert")
+			return j.res
+		}},
 }
 
 // coldStatements are row 12's statements: the benchmark that runs each,
