@@ -293,6 +293,8 @@ type event struct {
 	Headers    json.RawMessage
 	RecordedAt time.Time
 	FilledBy   string
+	// The routing columns, empty when the writer gave none.
+	AggregateType, AggregateID, EventType string
 }
 
 // Placeholder says the row marks an abandoned sequence: never sent.

@@ -392,7 +392,8 @@ func (s *Service) readEvents(ctx context.Context, q store.Querier, after int64, 
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event, error) {
 		var e event
 		var xid any
-		err := r.Scan(&e.Sequence, &xid, &e.Topic, &e.Payload, &e.Headers, &e.RecordedAt, &e.FilledBy)
+		err := r.Scan(&e.Sequence, &xid, &e.Topic, &e.Payload, &e.Headers, &e.RecordedAt, &e.FilledBy,
+			&e.AggregateType, &e.AggregateID, &e.EventType)
 		return e, err
 	})
 	if err != nil {
