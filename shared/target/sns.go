@@ -12,23 +12,16 @@ import (
 type snsAPI struct {
 	client *sns.Client
 	arn    string
-	fifo   bool
+	fifo
 }
 
 func newSNS(cfg aws.Config, t Target) *snsAPI {
-	return &snsAPI{client: sns.NewFromConfig(cfg), arn: t.ARN, fifo: t.FIFO}
+	return &snsAPI{client: sns.NewFromConfig(cfg), arn: t.ARN, fifo: fifo(t.FIFO)}
 }
 
 // size is the message's UTF-8 bytes (SNS adds the attributes, and the
 // Sender sets none).
 func (a *snsAPI) size(m *Message) int { return len(m.Body) }
-
-func (a *snsAPI) check(m *Message) (string, string) {
-	if a.fifo {
-		return checkFIFO(m)
-	}
-	return "", ""
-}
 
 func (a *snsAPI) put(ctx context.Context, batch []*Message) ([]answer, error) {
 	entries := make([]types.PublishBatchRequestEntry, len(batch))
@@ -47,16 +40,6 @@ func (a *snsAPI) put(ctx context.Context, batch []*Message) ([]answer, error) {
 }
 
 func snsAnswers(out *sns.PublishBatchOutput, n int) []answer {
-	answers := notAcknowledged(n)
-	for _, s := range out.Successful {
-		if k, ok := entryIndex(aws.ToString(s.Id), n); ok {
-			answers[k] = answer{ok: true}
-		}
-	}
-	for _, f := range out.Failed {
-		if k, ok := entryIndex(aws.ToString(f.Id), n); ok {
-			answers[k] = answer{code: aws.ToString(f.Code), message: aws.ToString(f.Message)}
-		}
-	}
-	return answers
+	return answersByID(n, out.Successful, func(s types.PublishBatchResultEntry) *string { return s.Id },
+		out.Failed, func(f types.BatchResultErrorEntry) (id, code, message *string) { return f.Id, f.Code, f.Message })
 }
