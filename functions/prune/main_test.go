@@ -60,22 +60,8 @@ func TestEndToEndScheduledPass(t *testing.T) {
 		t.Errorf("events left = %d, want 8 (13..20)", events)
 	}
 
-	found := func(logs string) (logged, emf bool) {
-		for _, rec := range lambdatest.JSONLines(logs) {
-			if rec["message"] == "prune pass" && rec["requestId"] != nil && rec["deleted_events"] == 12.0 {
-				logged = true
-			}
-			if _, ok := rec["_aws"]; ok && rec["Function"] == "prune" && rec["PruneRuns"] == 1.0 &&
-				rec["DeletedDeliveries"] == 7.0 && rec["DeletedEvents"] == 12.0 {
-				emf = true
-			}
-		}
-		return logged, emf
-	}
-	logs := fn.AwaitLogs(func(l string) bool { logged, emf := found(l); return logged && emf })
-	if logged, emf := found(logs); !logged || !emf {
-		t.Fatalf("pass log line found %v, EMF line found %v in:\n%s", logged, emf, logs)
-	}
+	lambdatest.WantPassLogs(t, fn, "prune", map[string]any{"deleted_events": 12.0},
+		map[string]any{"PruneRuns": 1.0, "DeletedDeliveries": 7.0, "DeletedEvents": 12.0})
 }
 
 // A bad setting fails the init with a log line naming the variable.

@@ -65,26 +65,8 @@ func TestEndToEndScheduledEvent(t *testing.T) {
 		t.Errorf("rows after the pass: %s, want dead:2,delivered:1,pending:6", states)
 	}
 
-	found := func(logs string) (logged, emf bool) {
-		for _, rec := range lambdatest.JSONLines(logs) {
-			if rec["message"] == "sweep pass" && rec["requestId"] != nil && rec["reset"] == 5.0 {
-				logged = true
-			}
-			if _, ok := rec["_aws"]; ok && rec["Function"] == "sweep" && rec["SweepRuns"] == 1.0 &&
-				rec["Redeliveries"] == 5.0 && rec["DeadLettered"] == 2.0 && rec["OpenDeliveries"] == 9.0 {
-				emf = true
-			}
-		}
-		return logged, emf
-	}
-	logs := fn.AwaitLogs(func(l string) bool { logged, emf := found(l); return logged && emf })
-	logged, emf := found(logs)
-	if !logged {
-		t.Errorf("no pass log line with a requestId and reset 5 in:\n%s", logs)
-	}
-	if !emf {
-		t.Errorf("no EMF line with the pass's metrics in:\n%s", logs)
-	}
+	lambdatest.WantPassLogs(t, fn, "sweep", map[string]any{"reset": 5.0},
+		map[string]any{"SweepRuns": 1.0, "Redeliveries": 5.0, "DeadLettered": 2.0, "OpenDeliveries": 9.0})
 
 	// A warm second invocation with a different input finds nothing new
 	// to reset; the reset rows now wait as stuck pending.

@@ -91,3 +91,40 @@ func AnswersBeforeDeadline(t testing.TB, ctx context.Context, fn *Function, payl
 	}
 	return res
 }
+
+// WantPassLogs waits for the two lines a pass of function logs and checks
+// each: its JSON line ("<function> pass", with a requestId and the fields
+// of line) and its EMF line (an _aws record of function with the metrics
+// of emf). Numbers are float64, as JSON decodes them.
+func WantPassLogs(t testing.TB, fn *Function, function string, line, emf map[string]any) {
+	t.Helper()
+	found := func(logs string) (logged, emitted bool) {
+		for _, rec := range JSONLines(logs) {
+			if rec["message"] == function+" pass" && rec["requestId"] != nil && has(rec, line) {
+				logged = true
+			}
+			if _, ok := rec["_aws"]; ok && rec["Function"] == function && has(rec, emf) {
+				emitted = true
+			}
+		}
+		return logged, emitted
+	}
+	logs := fn.AwaitLogs(func(l string) bool { logged, emitted := found(l); return logged && emitted })
+	logged, emitted := found(logs)
+	if !logged {
+		t.Errorf("no %s pass log line with a requestId and %v in:\n%s", function, line, logs)
+	}
+	if !emitted {
+		t.Errorf("no EMF line with the pass's metrics %v in:\n%s", emf, logs)
+	}
+}
+
+// has reports whether rec holds every field of want.
+func has(rec, want map[string]any) bool {
+	for k, v := range want {
+		if rec[k] != v {
+			return false
+		}
+	}
+	return true
+}
