@@ -143,11 +143,10 @@ Exit status 3 when an --id was not reset (not dead any more, or no such row).`,
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*deadRetryFlags)
+		if err := listOrAll(len(f.ids), f.all, "--id", "--id ID[,ID...] or --all [--older-than D]"); err != nil {
+			return err
+		}
 		switch {
-		case len(f.ids) == 0 && !f.all:
-			return usagef("say which: --id ID[,ID...] or --all [--older-than D]")
-		case len(f.ids) > 0 && f.all:
-			return usagef("--id and --all exclude each other")
 		case !f.all && f.olderThan != 0:
 			return usagef("--older-than goes with --all")
 		case f.olderThan < 0:

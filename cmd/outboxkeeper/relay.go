@@ -232,11 +232,8 @@ Without --yes it only shows the events it would mark, and refuses.
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*relayResendFlags)
-		switch {
-		case len(f.sequences) == 0 && !f.all:
-			return usagef("say which: --sequence S[,S...] or --all")
-		case len(f.sequences) > 0 && f.all:
-			return usagef("--sequence and --all exclude each other")
+		if err := listOrAll(len(f.sequences), f.all, "--sequence", "--sequence S[,S...] or --all"); err != nil {
+			return err
 		}
 		l, err := connect(ctx, e, f.schema)
 		if err != nil {
