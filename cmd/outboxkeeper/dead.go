@@ -61,10 +61,7 @@ dead rows after PRUNE_DEAD_AFTER (default 168h).`,
 			return err
 		}
 		if f.json {
-			if rows == nil {
-				rows = []store.DeadDelivery{}
-			}
-			return printJSON(e.stdout, rows)
+			return printJSON(e.stdout, listed(rows))
 		}
 		if len(rows) == 0 {
 			_, err := fmt.Fprintln(e.stdout, "no dead deliveries")
