@@ -84,6 +84,28 @@ func sendAll(t *testing.T, s *Sender, msgs []Message, calls int, why string) Res
 	return res
 }
 
+// wantBigRefused sends a message of size bytes between two small ones,
+// in groups (a partition key each, for Kinesis), and checks that the big
+// one alone failed, permanent with code.
+func wantBigRefused(t *testing.T, s *Sender, groups []string, size int, code string) Result {
+	t.Helper()
+	res := s.Send(context.Background(), []Message{
+		{ID: "small1", Group: groups[0], Body: []byte(`{}`)},
+		{ID: "big", Group: groups[1], Body: bytes.Repeat([]byte("b"), size)},
+		{ID: "small2", Group: groups[2], Body: []byte(`{}`)},
+	})
+	want := map[string]Status{"small1": Sent, "big": Permanent, "small2": Sent}
+	for _, o := range res.Outcomes {
+		if o.Status != want[o.ID] {
+			t.Errorf("%s: %v %s %s, want %v", o.ID, o.Status, o.Code, o.Message, want[o.ID])
+		}
+	}
+	if res.Outcomes[1].Code != code {
+		t.Errorf("big's code %q, want %s", res.Outcomes[1].Code, code)
+	}
+	return res
+}
+
 // filled is n messages in group of size bytes each, each of its own byte.
 func filled(n int, group string, size int) []Message {
 	msgs := make([]Message, n)
@@ -302,20 +324,7 @@ func TestSNSMessageOverTheTopicsSizeFailsThatEntryPermanent(t *testing.T) {
 	sn := awstest.SNS(t)
 	topic := awstest.NewTopic(t, sn, "target-big", false)
 	s := newSender(t, awstest.Config(t), topic, Config{Limits: Limits{EntryBytes: 1 << 20}})
-	res := s.Send(context.Background(), []Message{
-		{ID: "small1", Body: []byte(`{}`)},
-		{ID: "big", Body: bytes.Repeat([]byte("b"), 300<<10)},
-		{ID: "small2", Body: []byte(`{}`)},
-	})
-	want := map[string]Status{"small1": Sent, "big": Permanent, "small2": Sent}
-	for _, o := range res.Outcomes {
-		if o.Status != want[o.ID] {
-			t.Errorf("%s: %v %s %s, want %v", o.ID, o.Status, o.Code, o.Message, want[o.ID])
-		}
-	}
-	if res.Outcomes[1].Code != "InvalidParameter" {
-		t.Errorf("big's code %q, want InvalidParameter", res.Outcomes[1].Code)
-	}
+	res := wantBigRefused(t, s, []string{"", "", ""}, 300<<10, "InvalidParameter")
 	if res.Calls != 1 {
 		t.Errorf("Calls = %d, want 1 (a per-entry refusal needs no retry)", res.Calls)
 	}
@@ -445,20 +454,7 @@ func TestKinesisRecordOverTheStreamsLimitFailsAloneAfterTheCallIsSplit(t *testin
 	k := awstest.Kinesis(t)
 	arn := awstest.NewStream(t, k, "target-big", 1)
 	s := newSender(t, awstest.Config(t), arn, Config{Limits: Limits{EntryBytes: 2 << 20}})
-	res := s.Send(context.Background(), []Message{
-		{ID: "small1", Group: "a", Body: []byte(`{}`)},
-		{ID: "big", Group: "b", Body: bytes.Repeat([]byte("b"), 3<<19)},
-		{ID: "small2", Group: "c", Body: []byte(`{}`)},
-	})
-	want := map[string]Status{"small1": Sent, "big": Permanent, "small2": Sent}
-	for _, o := range res.Outcomes {
-		if o.Status != want[o.ID] {
-			t.Errorf("%s: %v %s %s, want %v", o.ID, o.Status, o.Code, o.Message, want[o.ID])
-		}
-	}
-	if res.Outcomes[1].Code != "ValidationException" {
-		t.Errorf("big's code %q, want ValidationException", res.Outcomes[1].Code)
-	}
+	res := wantBigRefused(t, s, []string{"a", "b", "c"}, 3<<19, "ValidationException")
 	if res.Calls != 4 {
 		t.Errorf("Calls = %d, want 4 (the call, then each alone)", res.Calls)
 	}
