@@ -1,5 +1,7 @@
 package target
 
+import "github.com/aws/aws-sdk-go-v2/aws"
+
 // answersByID reads a batch call whose response names its entries by Id
 // (SNS PublishBatch, SQS SendMessageBatch): ok for each successful Id, the
 // code and message for each failed one, not acknowledged for an entry it
@@ -58,4 +60,13 @@ func (f fifo) check(m *Message) (string, string) {
 		return checkFIFO(m)
 	}
 	return "", ""
+}
+
+// ids are m's MessageGroupId and MessageDeduplicationId for a FIFO target,
+// and none for a standard one, which refuses both as invalid for its type.
+func (f fifo) ids(m *Message) (group, dedup *string) {
+	if !f {
+		return nil, nil
+	}
+	return aws.String(m.Group), aws.String(m.DedupID)
 }

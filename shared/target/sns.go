@@ -26,11 +26,9 @@ func (a *snsAPI) size(m *Message) int { return len(m.Body) }
 func (a *snsAPI) put(ctx context.Context, batch []*Message) ([]answer, error) {
 	entries := make([]types.PublishBatchRequestEntry, len(batch))
 	for k, m := range batch {
-		e := types.PublishBatchRequestEntry{Id: aws.String(entryID(k)), Message: aws.String(string(m.Body))}
-		if a.fifo {
-			e.MessageGroupId, e.MessageDeduplicationId = aws.String(m.Group), aws.String(m.DedupID)
-		}
-		entries[k] = e
+		group, dedup := a.ids(m)
+		entries[k] = types.PublishBatchRequestEntry{Id: aws.String(entryID(k)), Message: aws.String(string(m.Body)),
+			MessageGroupId: group, MessageDeduplicationId: dedup}
 	}
 	out, err := a.client.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(a.arn), PublishBatchRequestEntries: entries})
 	if err != nil {

@@ -27,12 +27,9 @@ func (a *sqsAPI) size(m *Message) int { return len(m.Body) }
 func (a *sqsAPI) put(ctx context.Context, batch []*Message) ([]answer, error) {
 	entries := make([]types.SendMessageBatchRequestEntry, len(batch))
 	for k, m := range batch {
-		e := types.SendMessageBatchRequestEntry{Id: aws.String(entryID(k)), MessageBody: aws.String(string(m.Body))}
-		// A standard queue refuses both ids as invalid for its type.
-		if a.fifo {
-			e.MessageGroupId, e.MessageDeduplicationId = aws.String(m.Group), aws.String(m.DedupID)
-		}
-		entries[k] = e
+		group, dedup := a.ids(m)
+		entries[k] = types.SendMessageBatchRequestEntry{Id: aws.String(entryID(k)), MessageBody: aws.String(string(m.Body)),
+			MessageGroupId: group, MessageDeduplicationId: dedup}
 	}
 	out, err := a.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(a.url), Entries: entries})
 	if err != nil {
