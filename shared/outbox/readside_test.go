@@ -187,9 +187,7 @@ func TestCommitPositionOnlyMovesForward(t *testing.T) {
 			t.Errorf("%s: %v, want invalid_parameter_value", c.what, err)
 		}
 	}
-	if stored := storedPosition(t, db, "ledger"); stored != 10 {
-		t.Errorf("stored position = %d, want 10", stored)
-	}
+	wantPosition(t, db, "ledger", 10, "after the commits")
 }
 
 // A consumer name is the consumers table's primary key: one longer than
@@ -419,9 +417,7 @@ func TestConsumeHandsBatchesInOrderAndCommitsAfter(t *testing.T) {
 	if !slices.Equal(batches, []int{10, 10, 5}) {
 		t.Errorf("batch sizes = %v, want [10 10 5]", batches)
 	}
-	if stored := storedPosition(t, db, "ledger"); stored != 25 {
-		t.Errorf("position after the run = %d, want 25", stored)
-	}
+	wantPosition(t, db, "ledger", 25, "after the run")
 }
 
 // A handler's failure stops the consumer and leaves the position where it
@@ -439,9 +435,7 @@ func TestConsumeLeavesThePositionWhenHandlingFails(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Consume = %v, want the handler's error", err)
 	}
-	if stored := storedPosition(t, db, "ledger"); stored != 2 {
-		t.Errorf("position = %d, want the start 2", stored)
-	}
+	wantPosition(t, db, "ledger", 2, "after the failed handler (the start)")
 }
 
 // With a listener, an idle consumer wakes on the commit's notification,
@@ -689,8 +683,11 @@ func TestDatabaseSQLRecipe(t *testing.T) {
 	}
 }
 
-// storedPosition is the consumer's position as the consumers table holds it.
-func storedPosition(t *testing.T, db *testdb.DB, name string) int64 {
+// wantPosition checks the consumer's position as the consumers table
+// holds it; when says at which point of the test.
+func wantPosition(t *testing.T, db *testdb.DB, name string, want int64, when string) {
 	t.Helper()
-	return testdb.Scalar[int64](t, db.Pool, `SELECT position FROM outbox.consumers WHERE name = $1`, name)
+	if got := testdb.Scalar[int64](t, db.Pool, `SELECT position FROM outbox.consumers WHERE name = $1`, name); got != want {
+		t.Errorf("%s: %s's stored position = %d, want %d", when, name, got, want)
+	}
 }
