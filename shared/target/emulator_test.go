@@ -71,7 +71,6 @@ type envelope struct {
 	Payload    json.RawMessage `json:"payload"`
 }
 
-
 // sendAll sends msgs through s, requires every one sent, and checks that
 // it took calls calls (why says why that many).
 func sendAll(t *testing.T, s *Sender, msgs []Message, calls int, why string) Result {
