@@ -166,7 +166,7 @@ func TestConsumersRetireFreesRetentionAndIsRecorded(t *testing.T) {
 	code, out, errs = cli(t, vars, "consumers", "list", "--json")
 	wantCode(t, "consumers list", code, exitOK, out, errs)
 	var got struct {
-		Consumers []struct{ Name string } `json:"consumers"`
+		Consumers []struct{ Name string }   `json:"consumers"`
 		Changes   []struct{ Action string } `json:"changes"`
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
