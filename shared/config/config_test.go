@@ -162,7 +162,9 @@ func TestEveryVariable(t *testing.T) {
 		{"RELAY_PASS_BUDGET", "30s", func(l loaded) bool { return l.rl.PassBudget == 30*time.Second }, []string{"0s", "16m"}},
 		{"RELAY_WATCH", "false", func(l loaded) bool { return l.rl.Bounded }, []string{"sometimes"}},
 		{"MAINTAINER_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:maint-AbCdEf",
-			func(l loaded) bool { return l.mg.MaintainerSecretARN == "arn:aws:secretsmanager:eu-west-1:123456789012:secret:maint-AbCdEf" }, []string{"maint"}},
+			func(l loaded) bool {
+				return l.mg.MaintainerSecretARN == "arn:aws:secretsmanager:eu-west-1:123456789012:secret:maint-AbCdEf"
+			}, []string{"maint"}},
 		{"MAINTAINER_IAM_USER", "outbox_maintainer", func(l loaded) bool { return l.mg.MaintainerIAMUser == "outbox_maintainer" }, []string{"a;drop", "1abc"}},
 		{"RELAY_START", "latest", func(l loaded) bool { return l.rl.Start == relaypkg.StartLatest }, []string{"newest"}},
 	}
