@@ -47,18 +47,38 @@ type ConsumerChange struct {
 
 // ConsumerOps runs the statements of consumer_changes.sql.
 type ConsumerOps struct {
-	status, rewind, retire, recent string
+	status, rewind, retire, recent, summary string
 }
 
 // NewConsumerOps renders the statements for schema.
 func NewConsumerOps(schema Schema) *ConsumerOps {
 	n := schema.Name()
 	return &ConsumerOps{
-		status: ConsumerChangesSQL.Statement("status", n),
-		rewind: ConsumerChangesSQL.Statement("rewind", n),
-		retire: ConsumerChangesSQL.Statement("retire", n),
-		recent: ConsumerChangesSQL.Statement("recent", n),
+		status:  ConsumerChangesSQL.Statement("status", n),
+		rewind:  ConsumerChangesSQL.Statement("rewind", n),
+		retire:  ConsumerChangesSQL.Statement("retire", n),
+		recent:  ConsumerChangesSQL.Statement("recent", n),
+		summary: ConsumerChangesSQL.Statement("summary", n),
 	}
+}
+
+// ConsumerSummary is what the sweep's metrics say of the consumers.
+type ConsumerSummary struct {
+	// MaxLag is the largest lag behind the allocation head.
+	MaxLag int64
+	// Holding counts the consumers holding retention back; HeldSeconds is
+	// the longest any has (0 when none does).
+	Holding     int64
+	HeldSeconds float64
+}
+
+// Summary reads the consumers' figures in one statement.
+func (o *ConsumerOps) Summary(ctx context.Context, q Querier) (ConsumerSummary, error) {
+	var s ConsumerSummary
+	if err := q.QueryRow(ctx, o.summary).Scan(&s.MaxLag, &s.Holding, &s.HeldSeconds); err != nil {
+		return s, fmt.Errorf("consumer summary: %w", err)
+	}
+	return s, nil
 }
 
 // Status lists every registered consumer, the slowest first.

@@ -22,3 +22,12 @@ SELECT id, changed_at, db_user, operator, reason, consumer, action, from_positio
 FROM {{schema}}.consumer_changes
 ORDER BY id DESC
 LIMIT @limit;
+
+-- name: summary
+-- The consumers' figures for the sweep's metrics, one statement a pass:
+-- the largest lag behind the head, how many hold retention back, and the
+-- longest any of them has (seconds; 0 when none does).
+SELECT coalesce(max(lag), 0)::bigint,
+    count(*) FILTER (WHERE holds_retention),
+    coalesce(max(extract(epoch FROM now() - held_since)) FILTER (WHERE holds_retention), 0)::float8
+FROM {{schema}}.consumer_status();
