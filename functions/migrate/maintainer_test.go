@@ -311,3 +311,34 @@ func TestIAMMaintainerIsGrantedRdsIamAndTheMaintainersRights(t *testing.T) {
 		}
 	}
 }
+
+// The owner from a secret (an RDS-shaped one with its host, as Secrets
+// Manager's rotation template keeps it): the migrate function logs in
+// with it, sets the maintainer up and gives the maintainer's secret the
+// same endpoint; a function then logs in with that.
+func TestOwnerFromASecretSetsUpTheMaintainer(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t)
+	doc, _ := json.Marshal(map[string]any{"username": "app_owner", "password": "owner-password",
+		"host": "127.0.0.1", "port": d.cluster.Port, "dbname": "postgres", "engine": "postgres"})
+	out, err := d.secrets.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
+		Name: aws.String(fmt.Sprintf("outboxkeeper-owner-%d", time.Now().UnixNano())), SecretString: aws.String(string(doc)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.migrate(t, map[string]string{"DATABASE_URL": "", "DATABASE_SECRET_ARN": *out.ARN, "MAINTAINER_SECRET_ARN": d.secretARN})
+	if !strings.Contains(p.Body, `"Status":"SUCCESS"`) {
+		t.Fatalf("migrate with the owner's secret: %s", p.Body)
+	}
+	if sec := d.secret(t); sec["host"] != "127.0.0.1" || fmt.Sprint(sec["port"]) != fmt.Sprint(d.cluster.Port) {
+		t.Errorf("the maintainer's secret has host %v port %v, want the owner's secret's", sec["host"], sec["port"])
+	}
+	fn := lambdatest.Start(t, lambdatest.Build(t, "sweep"), map[string]string{"DATABASE_SECRET_ARN": d.secretARN,
+		"DATABASE_CA_PEM": string(d.ca), "AWS_ENDPOINT_URL_SECRETS_MANAGER": d.smEndpoint})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if res, err := fn.Invoke(ctx, []byte(`{"source":"outboxkeeper.schedule"}`)); err != nil {
+		t.Errorf("sweep with the maintainer's secret: %v\n%s", err, res)
+	}
+}
