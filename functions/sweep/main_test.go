@@ -68,8 +68,9 @@ func TestEndToEndScheduledEvent(t *testing.T) {
 		}
 	}
 	// Open work as found at the start of the pass: 7 stuck + 1 pending + 1 fresh.
-	// Batches of 3 over 7 stuck rows: 3 reset statements.
-	want := map[string]any{"reset": 5.0, "dead": 2.0, "stuck_pending": 1.0, "open": 9.0, "woken": true, "statements": 6.0}
+	// Batches of 3 over 7 stuck rows: 3 reset statements, with the count,
+	// the consumers' figures, the wake and the record.
+	want := map[string]any{"reset": 5.0, "dead": 2.0, "stuck_pending": 1.0, "open": 9.0, "woken": true, "statements": 7.0, "consumer_lag": 0.0}
 	for k, v := range want {
 		if out[k] != v {
 			t.Errorf("%s = %v, want %v (response %s)", k, out[k], v, body)
