@@ -208,3 +208,44 @@ func lineOf(text, word string) string {
 	}
 	return ""
 }
+
+// A prune DELETE in flight on an event of the range makes the rewind wait
+// for it, and once it committed the rewind refuses: the consumer would
+// not find the event it was rewound to read again.
+func TestConsumersRewindWaitsForAPruneInFlightAndRefuses(t *testing.T) {
+	t.Parallel()
+	db, vars := twoConsumers(t)
+	ctx := context.Background()
+	prune, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prune.Rollback(ctx) //nolint:errcheck
+	testdb.Exec(t, prune, `DELETE FROM outbox.events WHERE sequence = 8`)
+
+	type outcome struct {
+		code      int
+		out, errs string
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		code, out, errs := cli(t, vars, "consumers", "rewind", "--consumer", "billing", "--to", "6", "--reason", "replay", "--yes")
+		done <- outcome{code, out, errs}
+	}()
+	select {
+	case o := <-done:
+		t.Fatalf("the rewind did not wait for the DELETE in flight: exit %d\n%s%s", o.code, o.out, o.errs)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := prune.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.code == exitOK {
+		t.Errorf("the rewind succeeded over a deleted event:\n%s", o.out)
+	}
+	wantIn(t, "the rewind after the DELETE", o.out+o.errs, "no longer kept")
+	if p := testdb.Scalar[int64](t, db.Pool, `SELECT position FROM outbox.consumers WHERE name = 'billing'`); p != 10 {
+		t.Errorf("billing moved to %d", p)
+	}
+}
