@@ -33,6 +33,7 @@ type thresholds struct {
 	stalledAfter     time.Duration
 	openAfter        time.Duration
 	stuckAfter       time.Duration
+	heldAfter        time.Duration
 }
 
 var statusCommand = &command{
@@ -50,6 +51,10 @@ var statusCommand = &command{
               --stuck-after), dead, and the oldest open one's age
   PASSES      the last pass of fill, sweep and prune, from their state tables
   SKIPS       the last stalls skipped by an operator (skip-stall)
+  CONSUMERS   each registered consumer and relay: position, lag behind the head,
+              last commit, whether it holds retention back (its oldest untaken
+              event is older than the prune's retention) and since when; then
+              the last rewinds and retires (outboxkeeper consumers)
   QUEUES      the rollback report queue and its DLQ, when their URLs are known
 
 Exit status 3, with the reasons under NEEDS ATTENTION, when any of these holds:
@@ -64,6 +69,7 @@ Exit status 3, with the reasons under NEEDS ATTENTION, when any of these holds:
   dead           a delivery is dead
   relay          the oldest open delivery is older than --open-after (15m)
   dlq            the report DLQ holds messages (when its URL is known)
+  retention-held a consumer has held retention back longer than --held-after (1h)
 0 when none does, 1 on an error, 2 for a bad command line: fit for a health check.
 The thresholds' defaults are the template's alarms'.
 
@@ -77,6 +83,7 @@ The thresholds' defaults are the template's alarms'.
 		fs.DurationVar(&f.stalledAfter, "stalled-after", 5*time.Minute, "a stall or a blocked proof this long needs a person")
 		fs.DurationVar(&f.openAfter, "open-after", 15*time.Minute, "an open delivery this old needs a person (the relay is down)")
 		fs.DurationVar(&f.stuckAfter, "stuck-after", time.Minute, "a delivery delivered this long without an ack is stuck (SWEEP_STUCK_AFTER)")
+		fs.DurationVar(&f.heldAfter, "held-after", time.Hour, "a consumer holding retention back this long needs a person (ConsumerHeldAlarmSeconds)")
 		return f
 	},
 	run: runStatus,
@@ -98,7 +105,11 @@ type statusReport struct {
 	Skips            []store.Skip `json:"skips"`
 	Queue            *queueDepth  `json:"queue,omitempty"`
 	DLQ              *queueDepth  `json:"dlq,omitempty"`
-	Attention        []finding    `json:"attention"`
+	// Consumers are the registered consumers and relays, the slowest
+	// first; ConsumerChanges the last rewinds and retires.
+	Consumers       []store.ConsumerStatus `json:"consumers"`
+	ConsumerChanges []store.ConsumerChange `json:"consumer_changes"`
+	Attention       []finding              `json:"attention"`
 }
 
 // fillReport is the fill's side of the status.
@@ -203,6 +214,19 @@ func readStatus(ctx context.Context, l *login, f *outboxStatusFlags) (*statusRep
 	}
 	if r.Skips, err = store.NewSkips(schema).Recent(ctx, q, 3); err != nil {
 		return nil, err
+	}
+	ops := store.NewConsumerOps(schema)
+	if r.Consumers, err = ops.Status(ctx, q); err != nil {
+		return nil, explainConsumerError(err, l.schema)
+	}
+	if r.ConsumerChanges, err = ops.Recent(ctx, q, 3); err != nil {
+		return nil, explainConsumerError(err, l.schema)
+	}
+	if r.Consumers == nil {
+		r.Consumers = []store.ConsumerStatus{}
+	}
+	if r.ConsumerChanges == nil {
+		r.ConsumerChanges = []store.ConsumerChange{}
 	}
 	return r, nil
 }
@@ -354,6 +378,13 @@ func assess(r *statusReport, th thresholds) []finding {
 		add("relay", fmt.Sprintf("the oldest open delivery is %s old", seconds(o)),
 			"the relay is down or behind: check it; the sweep only resets what it pushed")
 	}
+	for _, c := range r.Consumers {
+		if c.HoldsRetention && c.HeldSince != nil && r.At.Sub(*c.HeldSince) >= th.heldAfter {
+			add("retention-held", fmt.Sprintf("%s %s has held retention back for %s (at %d, %d behind the head)",
+				consumerKind(c.Name), c.Name, age(r.At.Sub(*c.HeldSince)), c.Position, c.Lag),
+				fmt.Sprintf("restart it, or 'outboxkeeper consumers retire --consumer %s' if it stopped for good", c.Name))
+		}
+	}
 	if d := r.DLQ; d != nil && d.Visible+d.InFlight > 0 {
 		add("dlq", fmt.Sprintf("the report DLQ holds %d %s", d.Visible+d.InFlight, plural(int64(d.Visible+d.InFlight), "message", "messages")),
 			"'outboxkeeper dlq list', then 'outboxkeeper dlq redrive'")
@@ -418,6 +449,17 @@ func printStatusReport(w io.Writer, r *statusReport, th thresholds) error {
 				fmt.Sprintf("(%d, %d]", s.FromWatermark, s.ToSequence), strconv.FormatInt(s.Written, 10), s.Reason})
 		}
 		if err := indent(w, []string{"ID", "AT", "WHO", "RANGE", "WRITTEN", "REASON"}, sk); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(w, "\nCONSUMERS (and relays, relay:<name>; the slowest first)")
+	if err := printConsumers(w, r.Consumers, r.At); err != nil {
+		return err
+	}
+	if len(r.ConsumerChanges) > 0 {
+		fmt.Fprintln(w, "\nCONSUMER CHANGES (the last rewinds and retires)")
+		if err := printConsumerChanges(w, r.ConsumerChanges); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,8 @@
 // Command migrate is the deploy-time migration function: it backs the
 // template's custom resource, applying the outbox migrations on Create
-// and Update with the functions' own login, inside their VPC, and doing
-// nothing to the database on Delete. Wiring only; the logic is
+// and Update with the owner's login (the only function that has it),
+// inside the VPC, then setting up the maintainer login every other
+// function uses; it does nothing to the database on Delete. Wiring only; the logic is
 // shared/migrateresource, the migrations are shared/migrations.
 package main
 
@@ -10,8 +11,10 @@ import (
 	"errors"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
@@ -40,7 +43,14 @@ func main() {
 		}
 		return explained{pool}, nil
 	}
-	svc, err := migrateresource.New(open, cfg, migrateresource.Options{Options: pass.Options{Logger: logger}, Misconfigured: misconfigured})
+	secrets := func(ctx context.Context) (migrateresource.Secrets, error) {
+		c, err := awsenv.Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return secretsmanager.NewFromConfig(c), nil
+	}
+	svc, err := migrateresource.New(open, cfg, migrateresource.Options{Options: pass.Options{Logger: logger}, Misconfigured: misconfigured, Secrets: secrets})
 	if err != nil {
 		logging.InitFailed(logger, "migrate", "build migrate service", err)
 	}
@@ -54,4 +64,11 @@ type explained struct{ *pg.Pool }
 func (e explained) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := e.Pool.Begin(ctx)
 	return tx, pg.ExplainTLS(err)
+}
+
+// Endpoint is where the owner's login connects, for the maintainer's
+// secret.
+func (e explained) Endpoint() migrateresource.Endpoint {
+	c := e.Pool.Config().ConnConfig
+	return migrateresource.Endpoint{Host: c.Host, Port: int(c.Port), DBName: c.Database}
 }

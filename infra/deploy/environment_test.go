@@ -82,6 +82,22 @@ func checkEnvironment(tpl *template) []string {
 			if ca := sc.params["DatabaseCaSecretArn"]; ca != "" && env["DATABASE_CA_SECRET_ARN"] != ca {
 				problems = append(problems, fmt.Sprintf("%s: DATABASE_CA_SECRET_ARN = %q, want the DatabaseCaSecretArn parameter", where, env["DATABASE_CA_SECRET_ARN"]))
 			}
+			// Two logins: the owner's is the migrate function's alone.
+			if short == "migrate" {
+				if owner := sc.params["DatabaseSecretArn"]; secretMode && env["DATABASE_SECRET_ARN"] != owner {
+					problems = append(problems, fmt.Sprintf("%s: DATABASE_SECRET_ARN = %q: the migrate function must log in with the owner's secret (DatabaseSecretArn)", where, env["DATABASE_SECRET_ARN"]))
+				}
+				if owner := sc.params["DatabaseUser"]; !secretMode && !strings.Contains(env["DATABASE_URL"], "://"+owner+"@") {
+					problems = append(problems, fmt.Sprintf("%s: DATABASE_URL = %q: the migrate function must log in as the owner (DatabaseUser)", where, env["DATABASE_URL"]))
+				}
+			} else {
+				if owner := sc.params["DatabaseSecretArn"]; owner != "" && env["DATABASE_SECRET_ARN"] == owner {
+					problems = append(problems, where+": logs in with the owner's secret (DatabaseSecretArn); only the migrate function may")
+				}
+				if owner := sc.params["DatabaseUser"]; !secretMode && owner != "" && strings.Contains(env["DATABASE_URL"], "://"+owner+"@") {
+					problems = append(problems, where+": logs in as the owner DatabaseUser; only the migrate function may")
+				}
+			}
 			lookup := config.FromMap(env)
 			db, err := config.LoadDatabase(lookup)
 			if err != nil {
@@ -92,6 +108,16 @@ func checkEnvironment(tpl *template) []string {
 			}
 			got, err := load(short, env)
 			want, _ := load(short, templateSets[short])
+			if c, ok := got.(migrateresource.Config); ok {
+				switch {
+				case secretMode && !strings.HasSuffix(c.MaintainerSecretARN, "MaintainerSecret-AbCdEf"):
+					problems = append(problems, where+": MAINTAINER_SECRET_ARN is not the stack's MaintainerSecret")
+				case !secretMode && c.MaintainerIAMUser != "outbox_maintainer":
+					problems = append(problems, fmt.Sprintf("%s: MAINTAINER_IAM_USER = %q, want outbox_maintainer (<OutboxSchema>_maintainer)", where, c.MaintainerIAMUser))
+				}
+				c.MaintainerSecretARN, c.MaintainerIAMUser = "", ""
+				got = c
+			}
 			if c, ok := got.(compensate.Config); ok {
 				if c.DLQURL == "" {
 					problems = append(problems, where+": COMPENSATE_DLQ_URL is not set")

@@ -265,6 +265,17 @@ func (e *evaluator) str(v any) string {
 				return e.ref(subVar.FindStringSubmatch(m)[1])
 			})
 		}
+		// The list form: the string, then variables of its own.
+		if list, ok := x["Fn::Sub"].([]any); ok && len(list) == 2 {
+			vars, _ := list[1].(map[string]any)
+			return subVar.ReplaceAllStringFunc(list[0].(string), func(m string) string {
+				name := subVar.FindStringSubmatch(m)[1]
+				if v, ok := vars[name]; ok {
+					return e.str(v)
+				}
+				return e.ref(name)
+			})
+		}
 		if args, ok := x["Fn::Join"].([]any); ok {
 			var parts []string
 			switch list := e.value(args[1]).(type) {
@@ -286,8 +297,11 @@ func (e *evaluator) ref(name string) string {
 		return v
 	}
 	if r, ok := e.tpl.Resources[name]; ok {
-		if get(r, "Type") == "AWS::SQS::Queue" {
+		switch get(r, "Type") {
+		case "AWS::SQS::Queue":
 			return "https://sqs.eu-west-1.amazonaws.com/123456789012/outboxkeeper-" + name
+		case "AWS::SecretsManager::Secret":
+			return "arn:aws:secretsmanager:eu-west-1:123456789012:secret:outboxkeeper-" + name + "-AbCdEf"
 		}
 		return name
 	}
@@ -560,10 +574,18 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{name: "variable for another function", old: "SWEEP_PASS_BUDGET: !Ref SweepPassBudget", new: "SWEEP_PASS_BUDGET: !Ref SweepPassBudget\n          FILL_GRACE: 2s",
 			want: "SweepFunction (secret): sets FILL_GRACE"},
 		{name: "secret not passed", old: "DATABASE_SECRET_ARN: !If [UseSecret, !Ref DatabaseSecretArn, !Ref AWS::NoValue]", new: "",
-			want: "want DATABASE_SECRET_ARN"},
+			want: "the migrate function must log in with the owner's secret"},
+		{name: "no secret for the functions", old: "        DATABASE_SECRET_ARN: !If\n          - GeneratedMaintainer\n          - !Ref MaintainerSecret\n          - !If [UseSecret, !Ref DatabaseSecretArn, !Ref AWS::NoValue]\n", new: "",
+			want: "FillFunction (secret): want DATABASE_SECRET_ARN"},
+		{name: "functions given the owner's secret", old: "          - !Ref MaintainerSecret\n          - !If [UseSecret, !Ref DatabaseSecretArn, !Ref AWS::NoValue]",
+			new:  "          - !Ref DatabaseSecretArn\n          - !If [UseSecret, !Ref DatabaseSecretArn, !Ref AWS::NoValue]",
+			want: "FillFunction (secret): logs in with the owner's secret"},
+		{name: "functions given the owner's IAM user", old: "                - IamMaintainer\n                - !If [HasMaintainerUser, !Ref MaintainerUser, !Sub \"${OutboxSchema}_maintainer\"]\n                - !Ref DatabaseUser",
+			new:  "                - IamMaintainer\n                - !Ref DatabaseUser\n                - !Ref DatabaseUser",
+			want: "FillFunction (iam): logs in as the owner DatabaseUser"},
 		{name: "IAM flag not passed", old: `DATABASE_IAM_AUTH: !If [UseIamAuth, "true", !Ref AWS::NoValue]`, new: "",
 			want: "want DATABASE_URL, DATABASE_IAM_AUTH=true"},
-		{name: "IAM URL without TLS", old: "?sslmode=require", new: "",
+		{name: "IAM URL without TLS", old: "${DatabaseName}?sslmode=require\"\n            - User:", new: "${DatabaseName}\"\n            - User:",
 			want: "must require TLS"},
 		{name: "DLQ URL not passed", old: "COMPENSATE_DLQ_URL: !Ref RollbackReportDLQ", new: "",
 			want: "COMPENSATE_DLQ_URL is not set"},

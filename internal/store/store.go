@@ -31,6 +31,8 @@ var (
 	DeliveriesSQL = sqltext.MustParse(files, "deliveries.sql")
 	ConsumersSQL  = sqltext.MustParse(files, "consumers.sql")
 	StallSkipsSQL = sqltext.MustParse(files, "stall_skips.sql")
+	// ConsumerChangesSQL: the consumers' status, rewind and retire.
+	ConsumerChangesSQL = sqltext.MustParse(files, "consumer_changes.sql")
 )
 
 // Querier is what a statement needs: a pool, a connection or a transaction.

@@ -86,6 +86,8 @@ func Variables() []Variable {
 		{"DATABASE_CA_PEM", all},
 		{"DATABASE_CA_SECRET_ARN", all},
 		{"OUTBOX_SCHEMA", all},
+		{"MAINTAINER_SECRET_ARN", []string{"migrate"}},
+		{"MAINTAINER_IAM_USER", []string{"migrate"}},
 		{"STACK_NAME", emitters},
 		{"FILL_GRACE", []string{"fill"}},
 		{"FILL_BATCH_LIMIT", []string{"fill"}},

@@ -73,6 +73,7 @@ func TestEveryVariable(t *testing.T) {
 		comp compensatepkg.Config
 		pr   prunepkg.Config
 		rl   relaypkg.Config
+		mg   migratepkg.Config
 		// stack is LoadStack's.
 		stack string
 	}
@@ -98,6 +99,8 @@ func TestEveryVariable(t *testing.T) {
 			}
 			return fifoQueue, true
 		})
+		errs = append(errs, err)
+		l.mg, err = Load[migratepkg.Config](env)
 		errs = append(errs, err)
 		l.stack, err = LoadStack(env)
 		errs = append(errs, err)
@@ -158,6 +161,11 @@ func TestEveryVariable(t *testing.T) {
 		{"RELAY_CONCURRENCY", "16", func(l loaded) bool { return l.rl.Concurrency == 16 }, []string{"0", "65"}},
 		{"RELAY_PASS_BUDGET", "30s", func(l loaded) bool { return l.rl.PassBudget == 30*time.Second }, []string{"0s", "16m"}},
 		{"RELAY_WATCH", "false", func(l loaded) bool { return l.rl.Bounded }, []string{"sometimes"}},
+		{"MAINTAINER_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:maint-AbCdEf",
+			func(l loaded) bool {
+				return l.mg.MaintainerSecretARN == "arn:aws:secretsmanager:eu-west-1:123456789012:secret:maint-AbCdEf"
+			}, []string{"maint"}},
+		{"MAINTAINER_IAM_USER", "outbox_maintainer", func(l loaded) bool { return l.mg.MaintainerIAMUser == "outbox_maintainer" }, []string{"a;drop", "1abc"}},
 		{"RELAY_START", "latest", func(l loaded) bool { return l.rl.Start == relaypkg.StartLatest }, []string{"newest"}},
 	}
 	listed := map[string]bool{}

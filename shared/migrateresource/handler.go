@@ -111,6 +111,11 @@ func (s *Service) apply(ctx context.Context, res *Result) error {
 	}
 	res.Applied, res.AlreadyApplied = append(res.Applied, r.Applied...), len(r.Skipped)
 	res.Version = migrations.Latest().Name
+	if s.cfg.MaintainerSecretARN != "" || s.cfg.MaintainerIAMUser != "" {
+		if err := s.ensureMaintainer(actx, db, res); err != nil {
+			return fmt.Errorf("the migrations are applied; setting up the functions' login failed: %w", err)
+		}
+	}
 	return nil
 }
 

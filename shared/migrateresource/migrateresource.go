@@ -31,6 +31,18 @@ type Config struct {
 	// Schema is the outbox schema to migrate (OUTBOX_SCHEMA, default
 	// "outbox").
 	Schema string `env:"OUTBOX_SCHEMA"`
+	// MaintainerSecretARN names the functions' login (MAINTAINER_SECRET_ARN):
+	// a Secrets Manager secret with its username and password, which the
+	// template generates. After the migrations the resource creates the
+	// role (or sets its password again) and grants it grant_maintainer,
+	// and writes the owner's host, port and dbname into the secret when it
+	// has none. Empty with MaintainerIAMUser empty: no maintainer is set up
+	// (the functions use whatever login they are given).
+	MaintainerSecretARN string `env:"MAINTAINER_SECRET_ARN"`
+	// MaintainerIAMUser is the functions' login for RDS IAM authentication
+	// (MAINTAINER_IAM_USER): created without a password, granted rds_iam
+	// and grant_maintainer.
+	MaintainerIAMUser string `env:"MAINTAINER_IAM_USER"`
 }
 
 // Bounds, WithDefaults and Validate are the kit's rules for a Config
@@ -38,7 +50,15 @@ type Config struct {
 // *setting.Error names the field.
 func (Config) Bounds() []pass.Bound   { return nil }
 func (c Config) WithDefaults() Config { return pass.WithDefaults(c, nil) }
-func (c Config) Validate() error      { return pass.Validate("migrate", c, nil) }
+func (c Config) Validate() error {
+	if err := pass.Validate("migrate", c, nil); err != nil {
+		return err
+	}
+	if field, value, reason := validMaintainer(c); field != "" {
+		return &setting.Error{Pass: "migrate", Field: field, Value: value, Reason: reason}
+	}
+	return nil
+}
 
 // DB is what the migrations run on: a pool that hands out the one
 // connection their transaction needs.
@@ -65,6 +85,9 @@ type Options struct {
 	// HTTP sends the response. Default: a client with a 10 s timeout per
 	// attempt.
 	HTTP *http.Client
+	// Secrets makes the Secrets Manager client for MaintainerSecretARN,
+	// called only when the maintainer is set up from a secret.
+	Secrets func(ctx context.Context) (Secrets, error)
 }
 
 // Service answers the custom resource's requests.

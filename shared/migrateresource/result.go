@@ -33,6 +33,10 @@ type Result struct {
 	// Attempts counts the migrator's transactions: more than 1 when one
 	// ran out of lock_timeout behind a long transaction and was retried.
 	Attempts int `json:"attempts,omitempty"`
+	// Maintainer is the functions' login the request set up, if any;
+	// MaintainerCreated says the role was new.
+	Maintainer        string `json:"maintainer,omitempty"`
+	MaintainerCreated bool   `json:"maintainer_created,omitempty"`
 	// Responded says the response reached ResponseURL; ResponseError is
 	// why not.
 	Responded     bool   `json:"responded"`

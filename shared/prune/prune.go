@@ -134,7 +134,8 @@ func (s *Service) RunOnce(ctx context.Context, _ json.RawMessage) (*Result, erro
 		res.More = true
 	}
 	err = run.Finish(ctx, err, func(ctx context.Context) error {
-		return s.state.Record(ctx, run.Q, pgx.NamedArgs{"deliveries": res.DeletedDeliveries, "events": res.DeletedEvents})
+		return s.state.Record(ctx, run.Q, pgx.NamedArgs{"deliveries": res.DeletedDeliveries, "events": res.DeletedEvents,
+			"events_after_us": recordedRetention(s.cfg.EventsAfter).Microseconds()})
 	})
 	return res, run.Close(&res.Summary, err)
 }
@@ -223,4 +224,13 @@ func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State
 		return State{}, err
 	}
 	return s, nil
+}
+
+// recordedRetention is the event retention as prune_state records it for
+// consumer_status and rewind_consumer: 0 when events are kept forever.
+func recordedRetention(d time.Duration) time.Duration {
+	if d == pass.Off {
+		return 0
+	}
+	return d
 }

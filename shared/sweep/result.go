@@ -21,6 +21,13 @@ type Result struct {
 	// oldest by created_at (0 when none).
 	Open           int64   `json:"open"`
 	OldestOpenAgeS float64 `json:"oldest_open_age_s"`
+	// ConsumerLag is the largest lag of a registered consumer (or relay)
+	// behind the allocation head; ConsumersHolding counts those holding
+	// retention back (their oldest untaken event is past the prune's
+	// retention), and ConsumerHeldS is the longest any has, in seconds.
+	ConsumerLag      int64   `json:"consumer_lag"`
+	ConsumersHolding int64   `json:"consumers_holding_retention"`
+	ConsumerHeldS    float64 `json:"consumer_held_s"`
 	// Woken says the relay was notified (any stuck work found).
 	Woken bool `json:"woken"`
 	// Batches is the number of reset statements sent.
@@ -31,7 +38,8 @@ type Result struct {
 	// Summary is timed_out, statements, duration_ms and error.
 	pass.Summary
 
-	counted bool // Open/OldestOpenAgeS were read (metrics skip them if not)
+	counted       bool // Open/OldestOpenAgeS were read (metrics skip them if not)
+	consumersRead bool // the consumer figures were read
 }
 
 // String is the Result as its JSON response.
@@ -49,6 +57,13 @@ func (r *Result) Metrics() []metrics.Metric {
 		m = append(m,
 			metrics.Metric{Name: "OpenDeliveries", Unit: metrics.Count, Value: float64(r.Open)},
 			metrics.Metric{Name: "OldestOpenAgeSeconds", Unit: metrics.Seconds, Value: r.OldestOpenAgeS},
+		)
+	}
+	if r.consumersRead {
+		m = append(m,
+			metrics.Metric{Name: "ConsumerLag", Unit: metrics.Count, Value: float64(r.ConsumerLag)},
+			metrics.Metric{Name: "ConsumersHoldingRetention", Unit: metrics.Count, Value: float64(r.ConsumersHolding)},
+			metrics.Metric{Name: "ConsumerHeldSeconds", Unit: metrics.Seconds, Value: r.ConsumerHeldS},
 		)
 	}
 	return append(m, metrics.Metric{Name: "PassDurationMs", Unit: metrics.Milliseconds, Value: float64(r.DurationMS)})

@@ -57,7 +57,8 @@ func (s *statementTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBat
 // SWEEP_BATCH_LIMIT=100 over 1,000 stuck rows: one pass resets all of them
 // in exactly 10 reset statements. The tenth batch knows nothing is left
 // (its `more` probe), so no empty eleventh batch is sent: the whole pass is
-// 1 count + 10 resets + 1 wake + 1 state = 13 statements.
+// 1 count + 1 consumers' figures + 10 resets + 1 wake + 1 state = 14
+// statements.
 func TestBatchLimitResetsAllInExactlyEnoughBatches(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -84,24 +85,25 @@ func TestBatchLimitResetsAllInExactlyEnoughBatches(t *testing.T) {
 	if res.Batches != 10 {
 		t.Errorf("Batches = %d, want 10", res.Batches)
 	}
-	if tracer.total != 13 {
-		t.Errorf("%d statements traced, want 13", tracer.total)
+	if tracer.total != 14 {
+		t.Errorf("%d statements traced, want 14", tracer.total)
 	}
-	if res.Statements != 13 {
-		t.Errorf("Statements = %d, want 13", res.Statements)
+	if res.Statements != 14 {
+		t.Errorf("Statements = %d, want 14", res.Statements)
 	}
 	if n := testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 1`); n != 1000 {
 		t.Errorf("%d rows reset, want 1000", n)
 	}
 }
 
-// An idle table costs one count, one empty batch and the state row.
-func TestIdlePassIsThreeStatements(t *testing.T) {
+// An idle table costs one count, the consumers' figures, one empty batch
+// and the state row.
+func TestIdlePassIsFourStatements(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	res := run(t, newSweeper(t, db.Pool))
-	if res.Statements != 3 {
-		t.Errorf("Statements = %d, want 3", res.Statements)
+	if res.Statements != 4 {
+		t.Errorf("Statements = %d, want 4", res.Statements)
 	}
 	if res.Batches != 1 {
 		t.Errorf("Batches = %d, want 1", res.Batches)

@@ -97,6 +97,7 @@ type Service struct {
 	kit        *pass.Kit
 	cfg        Config
 	deliveries *store.DeliverySweep
+	consumers  *store.ConsumerOps
 	state      pass.StateTable
 }
 
@@ -108,7 +109,8 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{kit: kit, cfg: cfg, deliveries: store.NewDeliverySweep(store.MustSchema(cfg.Schema)),
-		state: pass.NewStateTable("sweep_state", stateFile.Statement("record", cfg.Schema), stateFile.Statement("read", cfg.Schema))}
+		consumers: store.NewConsumerOps(store.MustSchema(cfg.Schema)),
+		state:     pass.NewStateTable("sweep_state", stateFile.Statement("record", cfg.Schema), stateFile.Statement("read", cfg.Schema))}
 	s.Handler = pass.Scheduled("sweep", &kit.Options, s.RunOnce)
 	return s, nil
 }
@@ -142,6 +144,14 @@ func (s *Service) reset(ctx context.Context, run *pass.Run, res *Result) error {
 		return err
 	}
 	res.StuckPending, res.Open, res.OldestOpenAgeS, res.counted = counts.StuckPending, counts.Open, counts.OldestOpenAge, true
+	// The consumers' figures ride on this pass because it runs every
+	// minute and is not the fill's critical path: ConsumerLag and the
+	// ConsumerHoldsRetention alarm's ConsumerHeldSeconds.
+	cs, err := s.consumers.Summary(ctx, run.Q)
+	if err != nil {
+		return err
+	}
+	res.ConsumerLag, res.ConsumersHolding, res.ConsumerHeldS, res.consumersRead = cs.MaxLag, cs.Holding, cs.HeldSeconds, true
 	// The first batch runs whenever the budget is not already zero (a
 	// Lambda invoked within 2s of its deadline does nothing but count).
 	for run.TimeLeft() {
