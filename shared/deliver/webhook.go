@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/outboxkeeper/outboxkeeper/shared/target"
 )
 
 // Hosts are the hosts a webhook may name (DELIVER_WEBHOOK_HOSTS /
@@ -98,21 +100,17 @@ type RefusedError struct {
 func (e *RefusedError) Error() string { return fmt.Sprintf("webhook %s refused: %s", e.URL, e.Reason) }
 
 // IsWebhook says the target is a webhook's URL rather than an AWS ARN or
-// SQS queue URL: any http(s) URL that is not an SQS queue URL's shape is
-// judged as a webhook, so plain http:// is refused by name, not mistaken
-// for a queue.
-func IsWebhook(target string) bool {
-	s := strings.ToLower(strings.TrimSpace(target))
+// SQS queue URL: an http(s) URL that is not an SQS queue URL's shape
+// (https://HOST/<12-digit account>/<queue name>, which target.Parse
+// reads, an emulator's included). A plain http:// webhook is judged a
+// webhook, so it is refused by name rather than mistaken for anything.
+func IsWebhook(raw string) bool {
+	s := strings.ToLower(strings.TrimSpace(raw))
 	if !strings.HasPrefix(s, "https://") && !strings.HasPrefix(s, "http://") {
 		return false
 	}
-	u, err := url.Parse(strings.TrimSpace(target))
-	if err != nil {
-		return true
-	}
-	h := strings.ToLower(u.Hostname())
-	sqsHost := strings.HasPrefix(h, "sqs.") || strings.Contains(h, ".queue.")
-	return !(sqsHost && strings.HasPrefix(s, "https://"))
+	_, err := target.Parse(strings.TrimSpace(raw))
+	return err != nil
 }
 
 // CheckURL parses raw as a webhook URL and checks it against the policy's
