@@ -26,16 +26,20 @@ SELECT coalesce({{schema}}.deliver_oldest_pending(), 0);
 -- target accepted acked, those a webhook answered 410 dead as gone. Each a
 -- compare-and-set from delivered, by primary key: a row the sweep put
 -- back meanwhile stays where it is, and is pushed again (at least once).
--- Everything else of the batch stays delivered for the sweep.
+-- Everything else of the batch stays delivered for the sweep. The
+-- compare-and-set is a CASE, which no index can answer: as a plain
+-- condition the planner could scan a partial index of every delivered
+-- (or pending) row for it and keep the batch's; this way the primary key
+-- is the one way to the rows, whatever the statistics.
 WITH acked AS (
     UPDATE {{schema}}.deliveries
     SET state = 'acked', acked_at = clock_timestamp()
-    WHERE id = ANY (@acked::bigint[]) AND state = 'delivered'
+    WHERE id = ANY (@acked::bigint[]) AND CASE WHEN state = 'delivered' THEN true ELSE false END
     RETURNING id
 ), gone AS (
     UPDATE {{schema}}.deliveries
     SET state = 'dead', dead_at = now(), dead_reason = 'gone'
-    WHERE id = ANY (@gone::bigint[]) AND state = 'delivered'
+    WHERE id = ANY (@gone::bigint[]) AND CASE WHEN state = 'delivered' THEN true ELSE false END
     RETURNING id
 )
 SELECT (SELECT count(*) FROM acked), (SELECT count(*) FROM gone);
