@@ -19,7 +19,7 @@ NEED := bash infra/stack/need.sh
 STACK_ENV := .local/stack.env
 WITH_STACK = set -a; source $(STACK_ENV); set +a;
 
-.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction build-PruneFunction build-RelayFunction build-MigrateFunction
+.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction build-PruneFunction build-RelayFunction build-DeliverFunction build-MigrateFunction
 build-FillFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/fill
 build-SweepFunction:
@@ -30,6 +30,8 @@ build-PruneFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/prune
 build-RelayFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/relay
+build-DeliverFunction:
+	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/deliver
 build-MigrateFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/migrate
 
