@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/outboxkeeper/outboxkeeper/shared/deliver"
+	"github.com/outboxkeeper/outboxkeeper/shared/deliver/recipients"
 )
 
 var recipientsCommand = &command{
@@ -54,15 +54,15 @@ the host resolves to public (no private, loopback or link-local address).`,
 		if list == "" {
 			list, _ = e.vars("DELIVER_WEBHOOK_HOSTS")
 		}
-		hosts, err := deliver.ParseHosts(list)
+		hosts, err := recipients.ParseHosts(list)
 		if err != nil {
 			return usagef("--webhook-hosts: %v", err)
 		}
-		if deliver.IsWebhook(f.target) && hosts.Empty() {
+		if recipients.IsWebhook(f.target) && hosts.Empty() {
 			return refusef("recipient %s: %s is a webhook, and no webhook host is allowed: give --webhook-hosts (the stack's DeliverWebhookHosts)", f.name, f.target)
 		}
-		policy := deliver.Policy{Hosts: hosts}
-		if err := deliver.CheckTarget(ctx, policy, f.target); err != nil {
+		policy := recipients.Policy{Hosts: hosts}
+		if err := recipients.CheckTarget(ctx, policy, f.target); err != nil {
 			return refusef("recipient %s: %v", f.name, err)
 		}
 		l, err := connect(ctx, e, f.schema)
@@ -70,7 +70,7 @@ the host resolves to public (no private, loopback or link-local address).`,
 			return err
 		}
 		defer l.pool.Close()
-		created, err := deliver.NewRecipients(l.schema).Add(ctx, l.bounded(&f.dbFlags), policy, f.name, f.target, f.note)
+		created, err := recipients.NewAdmin(l.schema).Add(ctx, l.bounded(&f.dbFlags), policy, f.name, f.target, f.note)
 		if err != nil {
 			return err
 		}
@@ -102,13 +102,13 @@ var recipientsList = &command{
 			return err
 		}
 		defer l.pool.Close()
-		rows, err := deliver.NewRecipients(l.schema).List(ctx, l.bounded(f))
+		rows, err := recipients.NewAdmin(l.schema).List(ctx, l.bounded(f))
 		if err != nil {
 			return err
 		}
 		if f.json {
 			if rows == nil {
-				rows = []deliver.Recipient{}
+				rows = []recipients.Recipient{}
 			}
 			return printJSON(e.stdout, rows)
 		}
@@ -137,7 +137,7 @@ func nameFlags(fs *flag.FlagSet) any {
 }
 
 // recipientChange is a command that changes one recipient by name.
-func recipientChange(name, summary, help, done string, change func(ctx context.Context, r *deliver.Recipients, l *login, f *recipientNameFlags) (bool, error)) *command {
+func recipientChange(name, summary, help, done string, change func(ctx context.Context, r *recipients.Admin, l *login, f *recipientNameFlags) (bool, error)) *command {
 	return &command{
 		name: name, summary: summary, help: help, flags: nameFlags,
 		run: func(ctx context.Context, e *env, opts any) error {
@@ -150,7 +150,7 @@ func recipientChange(name, summary, help, done string, change func(ctx context.C
 				return err
 			}
 			defer l.pool.Close()
-			found, err := change(ctx, deliver.NewRecipients(l.schema), l, f)
+			found, err := change(ctx, recipients.NewAdmin(l.schema), l, f)
 			if err != nil {
 				return err
 			}
@@ -170,19 +170,19 @@ var recipientsDisable = recipientChange("disable", "stop pushing to a recipient:
 	`Disables the recipient: from the deliver function's next claim on, its pending
 deliveries are dead with reason recipient_disabled (outboxkeeper dead list shows
 them; dead retry puts them back once it is enabled again).`, "disabled",
-	func(ctx context.Context, r *deliver.Recipients, l *login, f *recipientNameFlags) (bool, error) {
+	func(ctx context.Context, r *recipients.Admin, l *login, f *recipientNameFlags) (bool, error) {
 		return r.SetEnabled(ctx, l.bounded(&f.dbFlags), f.name, false)
 	})
 
 var recipientsEnable = recipientChange("enable", "push to a disabled recipient again",
 	`Enables the recipient again: its pending deliveries are pushed from the next claim on.`, "enabled",
-	func(ctx context.Context, r *deliver.Recipients, l *login, f *recipientNameFlags) (bool, error) {
+	func(ctx context.Context, r *recipients.Admin, l *login, f *recipientNameFlags) (bool, error) {
 		return r.SetEnabled(ctx, l.bounded(&f.dbFlags), f.name, true)
 	})
 
 var recipientsRemove = recipientChange("remove", "remove a recipient: its deliveries die as unknown",
 	`Removes the recipient. Its deliveries stay; from the next claim on, the pending
 ones are dead with reason unknown_recipient.`, "removed",
-	func(ctx context.Context, r *deliver.Recipients, l *login, f *recipientNameFlags) (bool, error) {
+	func(ctx context.Context, r *recipients.Admin, l *login, f *recipientNameFlags) (bool, error) {
 		return r.Remove(ctx, l.bounded(&f.dbFlags), f.name)
 	})

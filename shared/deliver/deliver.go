@@ -30,6 +30,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/deliver/recipients"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
@@ -122,12 +123,12 @@ func (c Config) Validate() error {
 	return err
 }
 
-func (c Config) parse() (Hosts, *x509.CertPool, error) {
+func (c Config) parse() (recipients.Hosts, *x509.CertPool, error) {
 	if err := pass.Validate("deliver", c, bounds); err != nil {
-		return Hosts{}, nil, err
+		return recipients.Hosts{}, nil, err
 	}
 	v := setting.Checker{Pass: "deliver"}
-	hosts, err := ParseHosts(c.WebhookHosts)
+	hosts, err := recipients.ParseHosts(c.WebhookHosts)
 	v.Check(err == nil, "WebhookHosts", c.WebhookHosts, errString(err))
 	v.Check(c.WebhookHosts == "" || c.SigningSecretARN != "", "SigningSecretARN", c.SigningSecretARN,
 		"is required when DELIVER_WEBHOOK_HOSTS is set: every webhook request is signed")
@@ -159,7 +160,7 @@ type Options struct {
 	// LeaseTTL overrides the lease period.
 	LeaseTTL time.Duration
 	// Resolver resolves webhook hosts; net.DefaultResolver when nil.
-	Resolver Resolver
+	Resolver recipients.Resolver
 }
 
 // Service runs deliver passes for one schema.
@@ -203,7 +204,7 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 	}
 	s.pusher = newPusher(pusherConfig{
 		aws: opts.AWS, schema: cfg.Schema, concurrency: cfg.Concurrency, timeout: cfg.WebhookTimeout,
-		policy:    Policy{Hosts: hosts, AllowLoopback: cfg.AllowLoopback, Resolver: opts.Resolver},
+		policy:    recipients.Policy{Hosts: hosts, AllowLoopback: cfg.AllowLoopback, Resolver: opts.Resolver},
 		roots:     pool,
 		secretARN: cfg.SigningSecretARN,
 		now:       kit.Now,

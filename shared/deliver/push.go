@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"github.com/outboxkeeper/outboxkeeper/shared/deliver/recipients"
 	"github.com/outboxkeeper/outboxkeeper/shared/target"
 )
 
@@ -49,7 +50,7 @@ type pusherConfig struct {
 	schema      string
 	concurrency int
 	timeout     time.Duration
-	policy      Policy
+	policy      recipients.Policy
 	roots       *x509.CertPool
 	secretARN   string
 	now         func() time.Time
@@ -72,7 +73,7 @@ func newPusher(cfg pusherConfig) *pusher {
 	return &pusher{
 		cfg:     cfg,
 		keys:    newKeySource(cfg.aws, cfg.secretARN),
-		client:  cfg.policy.client(cfg.roots, cfg.timeout, cfg.concurrency),
+		client:  cfg.policy.Client(cfg.roots, cfg.timeout, cfg.concurrency),
 		senders: map[string]*target.Sender{},
 	}
 }
@@ -85,7 +86,7 @@ func (p *pusher) push(ctx context.Context, ds []delivery) []outcome {
 	var order []string
 	var hooks []delivery
 	for _, d := range ds {
-		if IsWebhook(d.Target) {
+		if recipients.IsWebhook(d.Target) {
 			hooks = append(hooks, d)
 			continue
 		}
@@ -261,7 +262,7 @@ func (p *pusher) sendHook(ctx context.Context, keys *Keys, d delivery) outcome {
 	resp, err := p.client.Do(req)
 	if err != nil {
 		o.reason = err.Error()
-		if refused(err) {
+		if recipients.Refused(err) {
 			o.reason = "refused at dial: " + err.Error()
 		}
 		return o

@@ -1,4 +1,10 @@
-package deliver
+// Package recipients is who deliveries go to: the recipients table
+// (recipients.sql: `outboxkeeper recipients` runs it, as an operator) and
+// the policy a webhook target is held to, at `recipients add` and again at
+// every push (no plain http, only allowed hosts, only public addresses,
+// checked again on the address dialled). It links no AWS client, so the
+// CLI reads and writes recipients without the targets' SDKs.
+package recipients
 
 import (
 	"context"
@@ -10,11 +16,10 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/outboxkeeper/outboxkeeper/shared/target"
 )
 
 // Hosts are the hosts a webhook may name (DELIVER_WEBHOOK_HOSTS /
@@ -109,8 +114,23 @@ func IsWebhook(raw string) bool {
 	if !strings.HasPrefix(s, "https://") && !strings.HasPrefix(s, "http://") {
 		return false
 	}
-	_, err := target.Parse(strings.TrimSpace(raw))
-	return err != nil
+	return !queueURL(strings.TrimSpace(raw))
+}
+
+var (
+	accountRE = regexp.MustCompile(`^\d{12}$`)
+	queueRE   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}(\.fifo)?$`)
+)
+
+// queueURL says raw has an SQS queue URL's shape: HOST/ACCOUNT/NAME and
+// nothing else (shared/target's Parse reads it).
+func queueURL(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return false
+	}
+	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
+	return len(parts) == 2 && accountRE.MatchString(parts[0]) && queueRE.MatchString(parts[1])
 }
 
 // CheckURL parses raw as a webhook URL and checks it against the policy's
@@ -195,12 +215,12 @@ func (p Policy) refusedAddr(ip netip.Addr) string {
 // sharedAddressSpace is RFC 6598's 100.64.0.0/10, private in practice.
 var sharedAddressSpace = netip.MustParsePrefix("100.64.0.0/10")
 
-// client is the webhooks' HTTP client: each connection's address is
+// Client is the webhooks' HTTP client: each connection's address is
 // checked as it is dialled (so a name that resolves to a public address
 // at `recipients add` and to a private one later is refused then), no
 // proxy, no redirect followed, TLS verified against roots (the system's
 // when nil).
-func (p Policy) client(roots *x509.CertPool, timeout time.Duration, conns int) *http.Client {
+func (p Policy) Client(roots *x509.CertPool, timeout time.Duration, conns int) *http.Client {
 	dialer := &net.Dialer{
 		Timeout: timeout,
 		Control: func(_, address string, _ syscall.RawConn) error {
@@ -232,9 +252,9 @@ func (p Policy) client(roots *x509.CertPool, timeout time.Duration, conns int) *
 	}
 }
 
-// refused says err is the policy's refusal (at dial time, wrapped by the
+// Refused says err is the policy's refusal (at dial time, wrapped by the
 // transport).
-func refused(err error) bool {
+func Refused(err error) bool {
 	var re *RefusedError
 	return errors.As(err, &re)
 }
