@@ -29,19 +29,13 @@ func webhookResult(status int) pushResult {
 }
 
 // The reasons a delivery dies here (deliveries.dead_reason), each with its
-// DeadByReason metric.
+// DeadByReason metric: DeadUnknownRecipient, DeadRecipientDisabled,
+// DeadGone.
 const (
 	ReasonUnknownRecipient  = "unknown_recipient"
 	ReasonRecipientDisabled = "recipient_disabled"
 	ReasonGone              = "gone"
 )
-
-// reasonMetric is the metric counting deaths for reason.
-var reasonMetric = map[string]string{
-	ReasonUnknownRecipient:  "DeadUnknownRecipient",
-	ReasonRecipientDisabled: "DeadRecipientDisabled",
-	ReasonGone:              "DeadGone",
-}
 
 // split sorts a batch's outcomes into the ids to ack and to make dead.
 func split(outs []outcome) (acked, gone []int64) {

@@ -57,17 +57,15 @@ func (r *Result) Level(err error) slog.Level {
 // alarm, Delivered and PushFailed, one Dead<Reason> per reason
 // (DeadByReason), and DeliverOldestPendingAge for the backlog alarm.
 func (r *Result) Metrics() []metrics.Metric {
-	m := []metrics.Metric{
+	return []metrics.Metric{
 		{Name: "DeliverRuns", Unit: metrics.Count, Value: 1},
 		{Name: "Delivered", Unit: metrics.Count, Value: float64(r.Delivered)},
 		{Name: "PushFailed", Unit: metrics.Count, Value: float64(r.PushFailed)},
+		{Name: "DeadUnknownRecipient", Unit: metrics.Count, Value: float64(r.Dead[ReasonUnknownRecipient])},
+		{Name: "DeadRecipientDisabled", Unit: metrics.Count, Value: float64(r.Dead[ReasonRecipientDisabled])},
+		{Name: "DeadGone", Unit: metrics.Count, Value: float64(r.Dead[ReasonGone])},
+		{Name: "DeliverOldestPendingAge", Unit: metrics.Seconds, Value: r.OldestPendingS},
+		{Name: "Statements", Unit: metrics.Count, Value: float64(r.Statements)},
+		{Name: "PassDurationMs", Unit: metrics.Milliseconds, Value: float64(r.DurationMS)},
 	}
-	for _, reason := range []string{ReasonUnknownRecipient, ReasonRecipientDisabled, ReasonGone} {
-		m = append(m, metrics.Metric{Name: reasonMetric[reason], Unit: metrics.Count, Value: float64(r.Dead[reason])})
-	}
-	return append(m,
-		metrics.Metric{Name: "DeliverOldestPendingAge", Unit: metrics.Seconds, Value: r.OldestPendingS},
-		metrics.Metric{Name: "Statements", Unit: metrics.Count, Value: float64(r.Statements)},
-		metrics.Metric{Name: "PassDurationMs", Unit: metrics.Milliseconds, Value: float64(r.DurationMS)},
-	)
 }
