@@ -21,7 +21,7 @@ import (
 
 // awsConfig is the local stack's SDK configuration with Secrets Manager
 // on moto, which serves it beside EventBridge.
-func awsConfig(t *testing.T) aws.Config {
+func awsConfig(t testing.TB) aws.Config {
 	t.Helper()
 	awstest.Config(t)
 	moto := testenv.Require(t, "AWS_ENDPOINT_URL_EVENTBRIDGE")

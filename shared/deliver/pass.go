@@ -47,6 +47,10 @@ type invocation struct {
 	res  *Result
 	// more says the last claim took a whole batch: claim again at once.
 	more bool
+	// next is the batch claimed while the last one was pushed, pushed
+	// before anything else; lastBatch is how long the last batch took.
+	next      []delivery
+	lastBatch time.Duration
 }
 
 // RunOnce runs one pass; the input says nothing the pass needs. Waiting
@@ -114,6 +118,11 @@ func (p *invocation) work(ctx context.Context) error {
 			}
 			continue
 		}
+		if p.next != nil {
+			// A batch claimed ahead is pushed before the pass hands over
+			// or ends: left, it would wait for the sweep.
+			continue
+		}
 		if out == progress {
 			if !p.run.TimeLeft() {
 				return nil
@@ -131,7 +140,7 @@ func (p *invocation) work(ctx context.Context) error {
 // batch there is no look: the pass claims again at once.
 func (p *invocation) step(ctx context.Context) (step, error) {
 	p.res.Ticks++
-	if !p.more {
+	if !p.more && p.next == nil {
 		var pending bool
 		held, err := p.hold.Poll(ctx, &pending)
 		if err != nil {
@@ -155,13 +164,19 @@ func (p *invocation) step(ctx context.Context) (step, error) {
 // batch claims, pushes and settles one batch, and says how many rows the
 // claim took.
 func (p *invocation) batch(ctx context.Context) (int, error) {
-	ds, err := p.s.claim(ctx, p.run.Q, p.s.cfg.BatchLimit)
-	if err != nil {
-		return 0, err
+	start := p.s.kit.Now()
+	ds := p.next
+	p.next = nil
+	if ds == nil {
+		var err error
+		if ds, err = p.s.claim(ctx, p.run.Q, p.s.cfg.BatchLimit); err != nil {
+			return 0, err
+		}
 	}
 	if len(ds) == 0 {
 		return 0, nil
 	}
+	defer func() { p.lastBatch = p.s.kit.Now().Sub(start) }()
 	p.res.Batches++
 	p.res.Claimed += int64(len(ds))
 	live := ds[:0:0]
@@ -175,9 +190,47 @@ func (p *invocation) batch(ctx context.Context) (int, error) {
 	if len(live) == 0 {
 		return len(ds), nil
 	}
+	ahead := p.claimAhead(ctx, len(ds))
 	pctx, cancel := context.WithDeadline(ctx, p.run.End.Add(-settleReserve))
 	outs := p.s.pusher.push(pctx, live)
 	cancel()
+	if ahead != nil {
+		r := <-ahead
+		if len(r.ds) > 0 {
+			p.next = r.ds
+		}
+		if r.err != nil {
+			_ = p.settleAfter(ctx, outs)
+			return len(ds), r.err
+		}
+	}
+	return len(ds), p.settleAfter(ctx, outs)
+}
+
+// claimed is a claim's answer.
+type claimed struct {
+	ds  []delivery
+	err error
+}
+
+// claimAhead claims the next batch while this one is pushed, so the
+// database's time and the targets' overlap: only after a whole batch,
+// with no successor waiting, and with time left for two more batches
+// like the last (what it claims is pushed before the pass ends).
+func (p *invocation) claimAhead(ctx context.Context, n int) <-chan claimed {
+	if n < p.s.cfg.BatchLimit || p.hold.Successor || p.run.Left() < 2*p.lastBatch+time.Second {
+		return nil
+	}
+	ch := make(chan claimed, 1)
+	go func() {
+		ds, err := p.s.claim(ctx, p.run.Q, p.s.cfg.BatchLimit)
+		ch <- claimed{ds, err}
+	}()
+	return ch
+}
+
+// settleAfter counts a batch's outcomes and settles them.
+func (p *invocation) settleAfter(ctx context.Context, outs []outcome) error {
 	for _, o := range outs {
 		if o.result == pushFailed {
 			p.res.PushFailed++
@@ -186,18 +239,18 @@ func (p *invocation) batch(ctx context.Context) (int, error) {
 	}
 	acked, gone := split(outs)
 	if len(acked)+len(gone) == 0 {
-		return len(ds), nil
+		return nil
 	}
 	// The acks go out whatever ctx does now: pushes that arrived must not
 	// be pushed again for want of this one statement.
 	nAcked, nGone, err := p.s.settle(context.WithoutCancel(ctx), p.run.Q, acked, gone)
 	if err != nil {
-		return len(ds), err
+		return err
 	}
 	p.res.Delivered += nAcked
 	p.res.Dead[ReasonGone] += nGone
 	p.res.Lost += int64(len(acked)+len(gone)) - nAcked - nGone
-	return len(ds), nil
+	return nil
 }
 
 // claim runs one claim statement.
