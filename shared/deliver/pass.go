@@ -51,6 +51,15 @@ type invocation struct {
 	// before anything else; lastBatch is how long the last batch took.
 	next      []delivery
 	lastBatch time.Duration
+	// settling is the last batch's settle, still running while the next
+	// batch is claimed and pushed.
+	settling chan settled
+}
+
+// settled is what one settle statement did.
+type settled struct {
+	acked, gone, lost int64
+	err               error
 }
 
 // RunOnce runs one pass; the input says nothing the pass needs. Waiting
@@ -77,7 +86,13 @@ func (s *Service) RunOnce(ctx context.Context, _ json.RawMessage) (*Result, erro
 }
 
 func (p *invocation) attempt(ctx context.Context) error {
-	return p.hold.Keep(ctx, !p.s.cfg.Bounded, p.acquire, p.work)
+	return p.hold.Keep(ctx, !p.s.cfg.Bounded, p.acquire, func(ctx context.Context) error {
+		err := p.work(ctx)
+		if serr := p.waitSettle(); err == nil {
+			err = serr
+		}
+		return err
+	})
 }
 
 func (p *invocation) acquire(ctx context.Context) error {
@@ -110,17 +125,17 @@ func (p *invocation) work(ctx context.Context) error {
 				return wrapUnlessLost("renew the lease", err)
 			}
 		}
+		if p.next != nil {
+			// A batch claimed ahead is pushed before the pass hands over
+			// or ends: left, it would wait for the sweep.
+			continue
+		}
 		if p.hold.Successor {
 			done, err := p.hold.HandOver(ctx, p.s.rides.handOver, nil, nil)
 			p.res.HandedOver, p.res.TakenBack = p.hold.HandedOver, p.hold.TakenBack
 			if err != nil || done {
 				return err
 			}
-			continue
-		}
-		if p.next != nil {
-			// A batch claimed ahead is pushed before the pass hands over
-			// or ends: left, it would wait for the sweep.
 			continue
 		}
 		if out == progress {
@@ -207,6 +222,19 @@ func (p *invocation) batch(ctx context.Context) (int, error) {
 	return len(ds), p.settleAfter(ctx, outs)
 }
 
+// waitSettle waits for the last batch's settle and counts what it did.
+func (p *invocation) waitSettle() error {
+	if p.settling == nil {
+		return nil
+	}
+	r := <-p.settling
+	p.settling = nil
+	p.res.Delivered += r.acked
+	p.res.Dead[ReasonGone] += r.gone
+	p.res.Lost += r.lost
+	return r.err
+}
+
 // claimed is a claim's answer.
 type claimed struct {
 	ds  []delivery
@@ -229,7 +257,9 @@ func (p *invocation) claimAhead(ctx context.Context, n int) <-chan claimed {
 	return ch
 }
 
-// settleAfter counts a batch's outcomes and settles them.
+// settleAfter counts a batch's outcomes and settles them: in the
+// background, while the next batch is claimed and pushed, once the one
+// before is settled (its error, if any, is this one's).
 func (p *invocation) settleAfter(ctx context.Context, outs []outcome) error {
 	for _, o := range outs {
 		if o.result == pushFailed {
@@ -237,19 +267,20 @@ func (p *invocation) settleAfter(ctx context.Context, outs []outcome) error {
 			p.res.LastError = o.reason
 		}
 	}
+	if err := p.waitSettle(); err != nil {
+		return err
+	}
 	acked, gone := split(outs)
 	if len(acked)+len(gone) == 0 {
 		return nil
 	}
-	// The acks go out whatever ctx does now: pushes that arrived must not
-	// be pushed again for want of this one statement.
-	nAcked, nGone, err := p.s.settle(context.WithoutCancel(ctx), p.run.Q, acked, gone)
-	if err != nil {
-		return err
-	}
-	p.res.Delivered += nAcked
-	p.res.Dead[ReasonGone] += nGone
-	p.res.Lost += int64(len(acked)+len(gone)) - nAcked - nGone
+	p.settling = make(chan settled, 1)
+	go func() {
+		// The acks go out whatever ctx does now: pushes that arrived must
+		// not be pushed again for want of this one statement.
+		a, g, err := p.s.settle(context.WithoutCancel(ctx), p.run.Q, acked, gone)
+		p.settling <- settled{acked: a, gone: g, lost: int64(len(acked)+len(gone)) - a - g, err: err}
+	}()
 	return nil
 }
 
