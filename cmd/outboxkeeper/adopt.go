@@ -85,10 +85,7 @@ func runAdopt(ctx context.Context, e *env, opts any) error {
 	defer l.pool.Close()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	f.opts.OnLockTimeout = func(lerr *migrations.LockError, pause time.Duration) {
-		fmt.Fprintf(e.stderr, "outboxkeeper adopt: %s waited longer than lock_timeout %s for a lock (attempt %d): a long transaction holds it; trying again in %s\n",
-			lerr.Step, lerr.LockTimeout, lerr.Attempts, pause)
-	}
+	f.opts.OnLockTimeout = lockWaitNote(e, "adopt")
 	res, err := migrations.Adopt(ctx, l.pool, l.schema, f.opts)
 	if err != nil {
 		return err

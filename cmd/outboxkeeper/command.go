@@ -176,3 +176,16 @@ const loginHelp = `Logging in (as the functions do; the password is never printe
   DATABASE_CA_PEM, DATABASE_CA_SECRET_ARN
                           verify the server against this CA bundle (sslmode=verify-full)
   OUTBOX_SCHEMA           the outbox schema, default outbox (--schema overrides it)`
+
+// listOrAll refuses a command that acts on listed rows or on --all when
+// it is given neither (which says how to give them) or both: n is how
+// many the list flag named.
+func listOrAll(n int, all bool, flag, which string) error {
+	switch {
+	case n == 0 && !all:
+		return usagef("say which: %s", which)
+	case n > 0 && all:
+		return usagef("%s and --all exclude each other", flag)
+	}
+	return nil
+}

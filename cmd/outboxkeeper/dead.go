@@ -61,10 +61,7 @@ dead rows after PRUNE_DEAD_AFTER (default 168h).`,
 			return err
 		}
 		if f.json {
-			if rows == nil {
-				rows = []store.DeadDelivery{}
-			}
-			return printJSON(e.stdout, rows)
+			return printJSON(e.stdout, listed(rows))
 		}
 		if len(rows) == 0 {
 			_, err := fmt.Fprintln(e.stdout, "no dead deliveries")
@@ -143,11 +140,10 @@ Exit status 3 when an --id was not reset (not dead any more, or no such row).`,
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*deadRetryFlags)
+		if err := listOrAll(len(f.ids), f.all, "--id", "--id ID[,ID...] or --all [--older-than D]"); err != nil {
+			return err
+		}
 		switch {
-		case len(f.ids) == 0 && !f.all:
-			return usagef("say which: --id ID[,ID...] or --all [--older-than D]")
-		case len(f.ids) > 0 && f.all:
-			return usagef("--id and --all exclude each other")
 		case !f.all && f.olderThan != 0:
 			return usagef("--older-than goes with --all")
 		case f.olderThan < 0:

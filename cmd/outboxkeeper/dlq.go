@@ -201,13 +201,10 @@ redrive policy of its own, so nothing moves or expires because of it.
 			return err
 		}
 		if f.json {
-			if ms == nil {
-				ms = []*dlqMessage{}
-			}
 			if len(ms) > 0 {
 				fmt.Fprintln(e.stderr, receivedNote)
 			}
-			return printJSON(e.stdout, ms)
+			return printJSON(e.stdout, listed(ms))
 		}
 		if len(ms) == 0 {
 			_, err := fmt.Fprintln(e.stdout, "the DLQ is empty")
@@ -293,10 +290,7 @@ Exit status 3 when bad input was left in the DLQ.
 			if f.dryRun {
 				sent = len(sendable)
 			}
-			if ms == nil {
-				ms = []*dlqMessage{}
-			}
-			if err := printJSON(e.stdout, map[string]any{"dry_run": f.dryRun, "sent": sent, "left_bad": len(bad), "messages": ms}); err != nil {
+			if err := printJSON(e.stdout, map[string]any{"dry_run": f.dryRun, "sent": sent, "left_bad": len(bad), "messages": listed(ms)}); err != nil {
 				return err
 			}
 		} else {

@@ -79,10 +79,7 @@ func runMigrateUp(ctx context.Context, e *env, opts any) error {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	res, err := migrations.ApplyWith(ctx, l.pool, l.schema, migrations.ApplyOptions{
-		OnLockTimeout: func(lerr *migrations.LockError, pause time.Duration) {
-			fmt.Fprintf(e.stderr, "outboxkeeper migrate up: %s waited longer than lock_timeout %s for a lock (attempt %d): a long transaction holds it; trying again in %s\n",
-				lerr.Step, lerr.LockTimeout, lerr.Attempts, pause)
-		},
+		OnLockTimeout: lockWaitNote(e, "migrate up"),
 	})
 	if err != nil {
 		return err
@@ -387,4 +384,14 @@ func printForTool(e *env, schema string, f *printFlags) error {
 		fmt.Fprintf(e.stdout, "  %s\n", name)
 	}
 	return nil
+}
+
+// lockWaitNote says on stderr, for command, that a step waited longer than
+// lock_timeout and when it is tried again: a long transaction, not the
+// command, is what the operator has to look at.
+func lockWaitNote(e *env, command string) func(*migrations.LockError, time.Duration) {
+	return func(lerr *migrations.LockError, pause time.Duration) {
+		fmt.Fprintf(e.stderr, "outboxkeeper %s: %s waited longer than lock_timeout %s for a lock (attempt %d): a long transaction holds it; trying again in %s\n",
+			command, lerr.Step, lerr.LockTimeout, lerr.Attempts, pause)
+	}
 }

@@ -134,3 +134,12 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// listed is s as a JSON list: [] for none, where a nil slice would print
+// null and a script would have to tell the two apart.
+func listed[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -62,10 +62,7 @@ a missing permission).`,
 		}
 		findings := relayFindings(st, f.stale, time.Now())
 		if f.json {
-			if st == nil {
-				st = []parked.Status{}
-			}
-			if err := printJSON(e.stdout, map[string]any{"relays": st, "attention": findingsOrEmpty(findings)}); err != nil {
+			if err := printJSON(e.stdout, map[string]any{"relays": listed(st), "attention": listed(findings)}); err != nil {
 				return err
 			}
 		} else {
@@ -107,13 +104,6 @@ func relayFindings(st []parked.Status, stale time.Duration, now time.Time) []str
 		}
 	}
 	return out
-}
-
-func findingsOrEmpty(f []string) []string {
-	if f == nil {
-		return []string{}
-	}
-	return f
 }
 
 func optInt(v *int64) string {
@@ -171,10 +161,7 @@ tries (STATE failing: not parked yet, or never with RELAY_MAX_ATTEMPTS=0).`,
 			return err
 		}
 		if f.json {
-			if rows == nil {
-				rows = []parked.Parked{}
-			}
-			return printJSON(e.stdout, rows)
+			return printJSON(e.stdout, listed(rows))
 		}
 		return printParked(e, rows, f.limit)
 	},
@@ -232,11 +219,8 @@ Without --yes it only shows the events it would mark, and refuses.
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*relayResendFlags)
-		switch {
-		case len(f.sequences) == 0 && !f.all:
-			return usagef("say which: --sequence S[,S...] or --all")
-		case len(f.sequences) > 0 && f.all:
-			return usagef("--sequence and --all exclude each other")
+		if err := listOrAll(len(f.sequences), f.all, "--sequence", "--sequence S[,S...] or --all"); err != nil {
+			return err
 		}
 		l, err := connect(ctx, e, f.schema)
 		if err != nil {
@@ -271,13 +255,7 @@ Without --yes it only shows the events it would mark, and refuses.
 			}
 		}
 		if f.json {
-			if marked == nil {
-				marked = []parked.Requested{}
-			}
-			if missing == nil {
-				missing = []int64{}
-			}
-			if err := printJSON(e.stdout, map[string]any{"marked": marked, "not_parked": missing}); err != nil {
+			if err := printJSON(e.stdout, map[string]any{"marked": listed(marked), "not_parked": listed(missing)}); err != nil {
 				return err
 			}
 		} else {

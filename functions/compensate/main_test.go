@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -43,15 +42,10 @@ const maxReceiveCount = 2
 func newWorld(t *testing.T, env map[string]string) *world {
 	t.Helper()
 	w := &world{db: testdb.New(t), sqs: sqstest.Client(t)}
-	w.redrive = sqstest.NewQueue(t, w.sqs, "e2e-redrive", nil)
-	policy, _ := json.Marshal(map[string]any{
-		"deadLetterTargetArn": sqstest.QueueARN(t, w.sqs, w.redrive),
-		"maxReceiveCount":     maxReceiveCount,
-	})
 	// A 1s visibility timeout stands in for the template's (≥ 6 × the
 	// function timeout) so a failed message comes back quickly.
-	w.src = sqstest.NewQueue(t, w.sqs, "e2e-src", map[string]string{"VisibilityTimeout": "1", "RedrivePolicy": string(policy)})
-	w.srcARN = sqstest.QueueARN(t, w.sqs, w.src)
+	q := sqstest.NewRedrivenQueue(t, w.sqs, "e2e", maxReceiveCount, map[string]string{"VisibilityTimeout": "1"})
+	w.src, w.srcARN, w.redrive = q.URL, q.ARN, q.Redrive
 	reporter, err := sqsreport.New(w.sqs, w.src, sqsreport.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -5,17 +5,13 @@
 package main
 
 import (
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 )
 
 func main() {
-	init := boot.Start("fill")
-	cfg := boot.Config[fill.Config](init)
-	svc, err := fill.New(init.Database(pg.Options{}), cfg, fill.Options{Options: init.PassOptions()})
-	init.Must(err, "build fill service")
-	lambda.Start(svc.Handle)
+	boot.Serve("fill", func(in *boot.Init, cfg fill.Config) (boot.Service, error) {
+		return fill.New(in.Database(pg.Options{}), cfg, fill.Options{Options: in.PassOptions()})
+	})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testcluster"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // The real bootstrap under aws-lambda-rie fills a real gap when invoked as
@@ -19,15 +19,8 @@ import (
 func TestEndToEndUnderRIE(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testenv.Context(t, 60*time.Second)
 
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
 	// publish, burn (a rolled-back writer), publish: a real gap at 2.
 	burnOne := func() {
 		t.Helper()
@@ -58,23 +51,14 @@ func TestEndToEndUnderRIE(t *testing.T) {
 			t.Fatalf("invoke %s: %v\n%s\nlogs:\n%s", payload, err, out, fn.Logs())
 		}
 		t.Logf("invoke %.40s... -> %s", payload, out)
-		var res map[string]any
-		if err := json.Unmarshal(out, &res); err != nil {
-			t.Fatalf("response is not JSON: %s", out)
-		}
-		for _, k := range []string{"watermark", "head", "filled", "stalled_at", "waiting", "blocked_by", "cycles", "statements", "duration_ms"} {
-			if _, ok := res[k]; !ok {
-				t.Fatalf("response lacks %q: %s", k, out)
-			}
-		}
-		return res
+		return lambdatest.Response(t, out, "watermark", "head", "filled", "stalled_at", "waiting", "blocked_by", "cycles", "statements", "duration_ms")
 	}
 
 	// EventBridge Scheduler passes its Input verbatim; first run anchors.
-	exec(`SELECT outbox.publish('t', '{}')`)
-	wantFields(t, "first run", invoke(`{"source":"outboxkeeper.schedule"}`), map[string]any{"watermark": 1.0, "waiting": nil})
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
+	lambdatest.WantFields(t, "first run", invoke(`{"source":"outboxkeeper.schedule"}`), map[string]any{"watermark": 1.0, "waiting": nil})
 	burnOne()
-	exec(`SELECT outbox.publish('t', '{}')`)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 
 	// A classic scheduled-event envelope.
 	envelope := `{"version":"0","id":"53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa","detail-type":"Scheduled Event",
@@ -82,7 +66,7 @@ func TestEndToEndUnderRIE(t *testing.T) {
 		"resources":["arn:aws:events:us-east-1:123456789012:rule/fill"],"detail":{}}`
 	// The gap at 2 filled within the pass (grace waited out).
 	res := invoke(envelope)
-	wantFields(t, "scheduled event", res, map[string]any{"filled": 1.0, "watermark": 3.0, "head": 3.0, "waiting": nil, "stalled_at": nil})
+	lambdatest.WantFields(t, "scheduled event", res, map[string]any{"filled": 1.0, "watermark": 3.0, "head": 3.0, "waiting": nil, "stalled_at": nil})
 	if bl, ok := res["blocked_by"].([]any); !ok || len(bl) != 0 {
 		t.Errorf("blocked_by = %v, want an empty list", res["blocked_by"])
 	}
@@ -98,7 +82,7 @@ func TestEndToEndUnderRIE(t *testing.T) {
 	}
 
 	// `{}` too; caught up now.
-	wantFields(t, "caught-up pass", invoke(`{}`), map[string]any{"filled": 0.0, "watermark": 3.0})
+	lambdatest.WantFields(t, "caught-up pass", invoke(`{}`), map[string]any{"filled": 0.0, "watermark": 3.0})
 
 	// One JSON log line per pass carrying the request id, and EMF metrics.
 	count := func(logs string) (passes, emf, withoutID int) {
@@ -139,11 +123,8 @@ func TestImmediateStopMidProofAnswersNormallyUnderRIE(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.Options{})
 	db := testdb.NewOn(t, c.URL("postgres", c.Password, "postgres", "sslmode=disable"))
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	ctx := testenv.Context(t, 90*time.Second)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	// A writer holds sequence 2 open, above the first run's 1 and below
 	// its 3: the pass's proof waits on it. The crash ends it unwritten.
 	writer := db.Connect(t)
@@ -154,9 +135,7 @@ func TestImmediateStopMidProofAnswersNormallyUnderRIE(t *testing.T) {
 	if _, err := wtx.Exec(ctx, `SELECT outbox.publish('t', '{"held":true}')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 
 	fn := lambdatest.Start(t, lambdatest.Build(t, "fill"), map[string]string{
 		"DATABASE_URL":     db.URL,
@@ -219,7 +198,7 @@ func TestImmediateStopMidProofAnswersNormallyUnderRIE(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT outbox.allocation_head()`).Scan(&head); err != nil {
 		t.Fatal(err)
 	}
-	wantFields(t, "in flight across the crash", a.res, map[string]any{"filled": head - 2, "watermark": head, "waiting": nil})
+	lambdatest.WantFields(t, "in flight across the crash", a.res, map[string]any{"filled": head - 2, "watermark": head, "waiting": nil})
 	var filledBy *string
 	if err := db.Pool.QueryRow(ctx, `SELECT filled_by FROM outbox.events WHERE sequence = 2`).Scan(&filledBy); err != nil || filledBy == nil || *filledBy != "fill" {
 		t.Errorf("sequence 2: filled_by %v (%v), want fill", show(filledBy), err)
@@ -235,36 +214,13 @@ func TestImmediateStopMidProofAnswersNormallyUnderRIE(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the next invocation: %v", err)
 	}
-	wantFields(t, "the next pass", next, map[string]any{"waiting": nil, "lease_wait_ms": 0.0, "watermark": head})
-}
-
-// wantFields checks fields of a JSON response, one by one (numbers decode
-// as float64, null as nil).
-func wantFields(t *testing.T, what string, res map[string]any, want map[string]any) {
-	t.Helper()
-	for k, v := range want {
-		if res[k] != v {
-			t.Errorf("%s: %s = %v, want %v (response %v)", what, k, res[k], v, res)
-		}
-	}
+	lambdatest.WantFields(t, "the next pass", next, map[string]any{"waiting": nil, "lease_wait_ms": 0.0, "watermark": head})
 }
 
 // A bad configuration fails the init, naming the variable.
 func TestBadConfigFailsInit(t *testing.T) {
 	t.Parallel()
-	bin := lambdatest.Build(t, "fill")
-	fn := lambdatest.Start(t, bin, map[string]string{
-		"DATABASE_URL":     "postgres://nobody@127.0.0.1:1/x",
-		"FILL_BATCH_LIMIT": "zero",
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := fn.Invoke(ctx, []byte(`{}`)); err == nil {
-		t.Fatal("invocation succeeded with FILL_BATCH_LIMIT=zero")
-	}
-	if logs := fn.AwaitLogs(func(l string) bool { return strings.Contains(l, "FILL_BATCH_LIMIT") }); !strings.Contains(logs, "FILL_BATCH_LIMIT") {
-		t.Fatalf("the init error does not name the variable:\n%s", logs)
-	}
+	lambdatest.BadConfigFailsInit(t, "fill", "FILL_BATCH_LIMIT", "zero")
 }
 
 // A statement blocked on a lock another session holds ends the pass on
@@ -275,55 +231,17 @@ func TestBadConfigFailsInit(t *testing.T) {
 // hand-over test's gaps would wait seconds past their bound).
 func TestBlockedStatementAnswersBeforeTheLambdaDeadline(t *testing.T) {
 	db := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
-		t.Fatal(err)
-	}
-	locker := db.Connect(t)
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck
-	if _, err := tx.Exec(ctx, `SELECT * FROM outbox.fill_state FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	ctx := testenv.Context(t, 30*time.Second)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
+	db.Hold(t, `SELECT * FROM outbox.fill_state FOR UPDATE`)
 
 	fn := lambdatest.Start(t, lambdatest.Build(t, "fill"), map[string]string{
 		"DATABASE_URL":                db.URL,
 		"AWS_LAMBDA_FUNCTION_TIMEOUT": "4",
 	})
-	start := time.Now()
-	out, err := fn.Invoke(ctx, []byte(`{"source":"outboxkeeper.schedule"}`))
-	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("invoke: %v\n%s", err, out)
-	}
-	var res map[string]any
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("response is not JSON: %s", out)
-	}
+	res := lambdatest.AnswersBeforeDeadline(t, ctx, fn, []byte(`{"source":"outboxkeeper.schedule"}`), 4*time.Second, `"timed_out"`)
 	if res["waiting"] != "budget" {
 		t.Errorf("waiting = %v, want budget", res["waiting"])
-	}
-	if timedOut, _ := res["timed_out"].(string); !strings.Contains(timedOut, "statement timeout") {
-		t.Errorf("timed_out = %q, want the lease statement the budget ended", timedOut)
-	}
-	if took >= 4*time.Second {
-		t.Errorf("answered after %s, want before the 4 s deadline", took)
-	}
-	logs := fn.AwaitLogs(func(l string) bool {
-		return strings.Contains(l, `"PassDurationMs"`) && strings.Contains(l, `"timed_out"`)
-	})
-	if !strings.Contains(logs, `"timed_out"`) {
-		t.Errorf("no pass log line naming the timed-out statement:\n%s", logs)
-	}
-	if !strings.Contains(logs, `"PassDurationMs"`) {
-		t.Errorf("no metrics line:\n%s", logs)
-	}
-	if strings.Contains(logs, "Task timed out") {
-		t.Errorf("the invocation was killed by its timeout:\n%s", logs)
 	}
 }
 
@@ -334,11 +252,8 @@ func TestBlockedStatementAnswersBeforeTheLambdaDeadline(t *testing.T) {
 func TestConsecutiveInvocationsHandOverUnderRIE(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := db.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	ctx := testenv.Context(t, 60*time.Second)
+	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	env := map[string]string{"DATABASE_URL": db.URL, "FILL_PASS_BUDGET": "6s"}
 	bin := lambdatest.Build(t, "fill")
 	first, second := lambdatest.Start(t, bin, env), lambdatest.Start(t, bin, env)

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-lambda-go/cfn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/stall"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
@@ -282,15 +283,7 @@ func TestDeleteNeedsNoDatabase(t *testing.T) {
 // written, instead of being cut off at the deadline with none.
 func TestSilentResponseURLUnderRIEStillLogs(t *testing.T) {
 	t.Parallel()
-	done := make(chan struct{})
-	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		select {
-		case <-done:
-		case <-req.Context().Done():
-		}
-	}))
-	t.Cleanup(func() { close(done); silent.Close() })
-	r := &responseURL{srv: silent}
+	r := &responseURL{srv: stall.Server(t)}
 	env := map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/nowhere"}
 	env["AWS_LAMBDA_LOG_STREAM_NAME"] = logStream
 	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = "4"
@@ -339,12 +332,7 @@ func (r *responseURL) rollbackEvent(t *testing.T, schema string) (cfn.Event, []b
 // schemaMigrations is the schema's record, row for row.
 func schemaMigrations(t *testing.T, db *testdb.DB, schema string) string {
 	t.Helper()
-	var rows string
-	err := db.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(name || ' ' || checksum || ' ' || applied_at, E'\n' ORDER BY name), '') FROM `+schema+`.schema_migrations`).Scan(&rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rows
+	return testdb.Scalar[string](t, db.Pool, `SELECT coalesce(string_agg(name || ' ' || checksum || ' ' || applied_at, E'\n' ORDER BY name), '') FROM `+schema+`.schema_migrations`)
 }
 
 // A rollback Update applies nothing and answers SUCCESS with the version

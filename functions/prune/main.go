@@ -4,17 +4,13 @@
 package main
 
 import (
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
 
 func main() {
-	init := boot.Start("prune")
-	cfg := boot.Config[prune.Config](init)
-	svc, err := prune.New(init.Database(pg.Options{}), cfg, prune.Options{Options: init.PassOptions()})
-	init.Must(err, "build prune service")
-	lambda.Start(svc.Handle)
+	boot.Serve("prune", func(in *boot.Init, cfg prune.Config) (boot.Service, error) {
+		return prune.New(in.Database(pg.Options{}), cfg, prune.Options{Options: in.PassOptions()})
+	})
 }

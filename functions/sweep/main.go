@@ -4,17 +4,13 @@
 package main
 
 import (
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
 func main() {
-	init := boot.Start("sweep")
-	cfg := boot.Config[sweep.Config](init)
-	svc, err := sweep.New(init.Database(pg.Options{}), cfg, sweep.Options{Options: init.PassOptions()})
-	init.Must(err, "build sweep service")
-	lambda.Start(svc.Handle)
+	boot.Serve("sweep", func(in *boot.Init, cfg sweep.Config) (boot.Service, error) {
+		return sweep.New(in.Database(pg.Options{}), cfg, sweep.Options{Options: in.PassOptions()})
+	})
 }

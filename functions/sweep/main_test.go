@@ -1,14 +1,12 @@
 package main_test
 
 import (
-	"context"
-	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // scheduledEvent is the classic EventBridge (CloudWatch Events) envelope a
@@ -31,22 +29,15 @@ const scheduledEvent = `{
 func TestEndToEndScheduledEvent(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	mustExec := func(sql string) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	ctx := testenv.Context(t, 60*time.Second)
 	// 5 stuck deliveries, 2 stuck at the redelivery limit, 1 pending for an
 	// hour, 1 delivered a moment ago.
-	mustExec(`INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, redeliveries, created_at, delivered_at)
+	db.Exec(t, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, redeliveries, created_at, delivered_at)
 		SELECT 'agent:' || g, 'work', '\x00'::bytea, 'delivered', 3, CASE WHEN g <= 2 THEN 2 ELSE 0 END,
 		       now() - interval '1 hour', now() - interval '10 minutes'
 		FROM generate_series(1, 7) g`)
-	mustExec(`INSERT INTO outbox.deliveries (recipient, kind, payload, created_at) VALUES ('agent:p', 'work', '\x00', now() - interval '1 hour')`)
-	mustExec(`INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, delivered_at) VALUES ('agent:f', 'work', '\x00', 'delivered', 1, now())`)
+	db.Exec(t, `INSERT INTO outbox.deliveries (recipient, kind, payload, created_at) VALUES ('agent:p', 'work', '\x00', now() - interval '1 hour')`)
+	db.Exec(t, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, delivered_at) VALUES ('agent:f', 'work', '\x00', 'delivered', 1, now())`)
 
 	fn := lambdatest.Start(t, lambdatest.Build(t, "sweep"), map[string]string{
 		"DATABASE_URL":           db.URL,
@@ -58,23 +49,10 @@ func TestEndToEndScheduledEvent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("invoke: %v\n%s", err, body)
 	}
-	var out map[string]any
-	if err := json.Unmarshal(body, &out); err != nil {
-		t.Fatalf("response %s: %v", body, err)
-	}
-	for _, k := range []string{"reset", "dead", "stuck_pending", "open", "oldest_open_age_s", "woken", "statements", "duration_ms"} {
-		if _, ok := out[k]; !ok {
-			t.Fatalf("response %s lacks %q", body, k)
-		}
-	}
+	out := lambdatest.Response(t, body, "reset", "dead", "stuck_pending", "open", "oldest_open_age_s", "woken", "statements", "duration_ms")
 	// Open work as found at the start of the pass: 7 stuck + 1 pending + 1 fresh.
 	// Batches of 3 over 7 stuck rows: 3 reset statements.
-	want := map[string]any{"reset": 5.0, "dead": 2.0, "stuck_pending": 1.0, "open": 9.0, "woken": true, "statements": 6.0}
-	for k, v := range want {
-		if out[k] != v {
-			t.Errorf("%s = %v, want %v (response %s)", k, out[k], v, body)
-		}
-	}
+	lambdatest.WantFields(t, "first pass", out, map[string]any{"reset": 5.0, "dead": 2.0, "stuck_pending": 1.0, "open": 9.0, "woken": true, "statements": 6.0})
 	if age, _ := out["oldest_open_age_s"].(float64); age < 3590 || age > 3700 {
 		t.Errorf("oldest_open_age_s = %v, want about 3600", out["oldest_open_age_s"])
 	}
@@ -87,26 +65,8 @@ func TestEndToEndScheduledEvent(t *testing.T) {
 		t.Errorf("rows after the pass: %s, want dead:2,delivered:1,pending:6", states)
 	}
 
-	found := func(logs string) (logged, emf bool) {
-		for _, rec := range lambdatest.JSONLines(logs) {
-			if rec["message"] == "sweep pass" && rec["requestId"] != nil && rec["reset"] == 5.0 {
-				logged = true
-			}
-			if _, ok := rec["_aws"]; ok && rec["Function"] == "sweep" && rec["SweepRuns"] == 1.0 &&
-				rec["Redeliveries"] == 5.0 && rec["DeadLettered"] == 2.0 && rec["OpenDeliveries"] == 9.0 {
-				emf = true
-			}
-		}
-		return logged, emf
-	}
-	logs := fn.AwaitLogs(func(l string) bool { logged, emf := found(l); return logged && emf })
-	logged, emf := found(logs)
-	if !logged {
-		t.Errorf("no pass log line with a requestId and reset 5 in:\n%s", logs)
-	}
-	if !emf {
-		t.Errorf("no EMF line with the pass's metrics in:\n%s", logs)
-	}
+	lambdatest.WantPassLogs(t, fn, "sweep", map[string]any{"reset": 5.0},
+		map[string]any{"SweepRuns": 1.0, "Redeliveries": 5.0, "DeadLettered": 2.0, "OpenDeliveries": 9.0})
 
 	// A warm second invocation with a different input finds nothing new
 	// to reset; the reset rows now wait as stuck pending.
@@ -114,32 +74,11 @@ func TestEndToEndScheduledEvent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second invoke: %v\n%s", err, body)
 	}
-	// A fresh map: decoding into the first response's would keep its
-	// values for any field the second one lacked.
-	out = map[string]any{}
-	if err := json.Unmarshal(body, &out); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range map[string]any{"reset": 0.0, "dead": 0.0, "stuck_pending": 6.0} {
-		if out[k] != v {
-			t.Errorf("second pass: %s = %v, want %v (response %s)", k, out[k], v, body)
-		}
-	}
+	lambdatest.WantFields(t, "second pass", lambdatest.Response(t, body), map[string]any{"reset": 0.0, "dead": 0.0, "stuck_pending": 6.0})
 }
 
 // A bad setting fails the init with a log line naming the variable.
 func TestBadConfigFailsInit(t *testing.T) {
 	t.Parallel()
-	fn := lambdatest.Start(t, lambdatest.Build(t, "sweep"), map[string]string{
-		"DATABASE_URL":      "postgres://nobody@127.0.0.1:1/none",
-		"SWEEP_BATCH_LIMIT": "lots",
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if body, err := fn.Invoke(ctx, []byte(`{}`)); err == nil {
-		t.Fatalf("invoke with a bad config succeeded: %s", body)
-	}
-	if logs := fn.AwaitLogs(func(l string) bool { return strings.Contains(l, "SWEEP_BATCH_LIMIT") }); !strings.Contains(logs, "SWEEP_BATCH_LIMIT") {
-		t.Fatalf("init failure does not name SWEEP_BATCH_LIMIT:\n%s", logs)
-	}
+	lambdatest.BadConfigFailsInit(t, "sweep", "SWEEP_BATCH_LIMIT", "lots")
 }

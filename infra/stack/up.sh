@@ -182,21 +182,10 @@ node_for_patches() {
 }
 
 if pid_alive "$PIDS/fauxqs.pid" fauxqs && ! fauxqs_patched; then
-  pid=$(<"$PIDS/fauxqs.pid")
-  log "fauxqs (pid $pid) runs without the current patches: restarting it"
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+  stop_started fauxqs fauxqs "fauxqs runs without the current patches: restarting it"
   rm -f "$PIDS/fauxqs.pid" "$PIDS/fauxqs.patches"
 fi
-if pid_alive "$PIDS/fauxqs.pid" fauxqs; then
-  log "fauxqs already running (pid $(<"$PIDS/fauxqs.pid"))"
-elif sqs_up; then
-  log "port $SQS_PORT answers but not with our fauxqs; stop that process first"
-  exit 1
-else
-  start_fauxqs
-fi
+start_unless_running fauxqs fauxqs sqs_up "$SQS_PORT" "stop that process first" start_fauxqs
 
 # ------------------------------------------- kinesalite, moto (EventBridge)
 source "$ROOT/infra/stack/emulators.sh"

@@ -9,6 +9,10 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/logging"
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
@@ -75,4 +79,26 @@ func (in *Init) Metrics() *metrics.Emitter {
 // function's metrics.
 func (in *Init) PassOptions() pass.Options {
 	return pass.Options{Logger: in.Logger, Metrics: in.Metrics()}
+}
+
+// Service is a pass's service: its handler, as the pass kit builds it.
+type Service interface{ Lambda() any }
+
+// Serve is the whole of a pass function's main: the init, its
+// configuration, the service build makes from them, and the Lambda loop
+// serving its handler. A failed build ends the init.
+func Serve[T config.PassConfig[T]](function string, build func(in *Init, cfg T) (Service, error)) {
+	in := Start(function)
+	svc, err := build(in, Config[T](in))
+	in.Must(err, "build "+function+" service")
+	lambda.Start(svc.Lambda())
+}
+
+// AWS is the AWS configuration from Lambda's variables (awsenv), which
+// include the AWS_ENDPOINT_URL_<SERVICE> overrides the local stack uses to
+// point clients at its emulators.
+func (in *Init) AWS() aws.Config {
+	cfg, err := awsenv.Load(context.Background())
+	in.Must(err, "load the AWS configuration")
+	return cfg
 }

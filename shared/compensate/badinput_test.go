@@ -52,15 +52,11 @@ func TestBadInputToDLQ(t *testing.T) {
 		idOf[r.Body] = r.MessageId
 	}
 	res := process(f.svc, ctx, ev)
-	if res.Filled != 2 {
-		t.Errorf("Filled = %d, want the good report's 2", res.Filled)
-	}
-	if res.Invalid != len(bad) {
-		t.Errorf("Invalid = %d, want %d", res.Invalid, len(bad))
-	}
-	if res.Failed != 0 {
-		t.Errorf("Failed = %d, want 0: bad input sent to the DLQ is handled", res.Failed)
-	}
+	wantCounts(t, "",
+		count{"Filled", res.Filled, 2, "the good report's"},
+		count{"Invalid", res.Invalid, len(bad), ""},
+		count{"Failed", res.Failed, 0, "bad input sent to the DLQ is handled"},
+	)
 	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(good)
 
@@ -108,15 +104,11 @@ func TestBadInputWithoutDLQIsFailedItem(t *testing.T) {
 			badID = m.MessageId
 		}
 	}
-	if res.Filled != 1 {
-		t.Errorf("Filled = %d, want the good report's 1", res.Filled)
-	}
-	if res.Invalid != 1 {
-		t.Errorf("Invalid = %d, want 1", res.Invalid)
-	}
-	if res.Failed != 1 {
-		t.Errorf("Failed = %d, want 1", res.Failed)
-	}
+	wantCounts(t, "",
+		count{"Filled", res.Filled, 1, "the good report's"},
+		count{"Invalid", res.Invalid, 1, ""},
+		count{"Failed", res.Failed, 1, ""},
+	)
 	wantFailedItems(t, "the batch", res, badID)
 	if !strings.Contains(f.logs.String(), "no COMPENSATE_DLQ_URL") {
 		t.Errorf("no log line for the undeliverable bad input: %s", f.logs)
@@ -157,12 +149,10 @@ func TestFutureXIDOneEpochAboveRunningWriterIsBadInput(t *testing.T) {
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	ev := f.receive(1, 10*time.Second)
 	res := process(f.svc, ctx, ev)
-	if res.Invalid != 1 {
-		t.Errorf("Invalid = %d, want the report refused as bad input", res.Invalid)
-	}
-	if res.Deferred != 0 {
-		t.Errorf("Deferred = %d, want 0", res.Deferred)
-	}
+	wantCounts(t, "",
+		count{"Invalid", res.Invalid, 1, "the report refused as bad input"},
+		count{"Deferred", res.Deferred, 0, ""},
+	)
 	wantFailedItems(t, "the batch", res)
 	got := sqstest.Drain(t, f.sqs, f.dlq, 1, 10*time.Second)
 	if len(got) != 1 {

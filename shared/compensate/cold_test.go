@@ -1,7 +1,6 @@
 package compensate
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
 
 // TestCheckAndInsertAreLinearOnColdStatistics: compensate's two
@@ -23,23 +23,10 @@ func TestCheckAndInsertAreLinearOnColdStatistics(t *testing.T) {
 	t.Parallel()
 	const present, batch = 10_000, 1_000
 	db := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := coldplan.Events(ctx, db.Pool, db.Schema, present, 2*batch); err != nil {
-		t.Fatal(err)
-	}
-	if err := coldplan.NeverAnalysed(ctx, db.Pool, db.Schema.Table("events")); err != nil {
-		t.Fatal(err)
-	}
-	var xmax uint64
-	if err := db.Pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
-		t.Fatal(err)
-	}
-	xids := checkXIDs(xmax, batch)
-	holder := db.Connect(t)
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(g) FROM generate_series(1, 2000) g`); err != nil {
-		t.Fatal(err)
-	}
+	ctx := testenv.Context(t, 2*time.Minute)
+	coldplan.ColdEvents(t, ctx, db.Pool, db.Schema, present, 2*batch)
+	xids := checkXIDs(testdb.Scalar[uint64](t, db.Pool, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`), batch)
+	testdb.Exec(t, db.Connect(t), `SELECT pg_advisory_lock(g) FROM generate_series(1, 2000) g`)
 	var got int
 	coldplan.Linear(t, ctx, db.DirectURL, "compensate's check", batch, func(conn *pgx.Conn) error {
 		rows, err := coldplan.Bounded(conn).Query(ctx, checkFile.Statement("check", db.Schema.Name()), checkArgs(xids))

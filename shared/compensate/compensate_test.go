@@ -40,12 +40,10 @@ func TestAbortedWriterFilledAtOnce(t *testing.T) {
 	res := process(f.svc, context.Background(), ev)
 	elapsed := time.Since(started)
 
-	if res.Filled != 3 {
-		t.Errorf("Filled = %d, want 3", res.Filled)
-	}
-	if res.AlreadyPresent != 0 {
-		t.Errorf("AlreadyPresent = %d, want 0", res.AlreadyPresent)
-	}
+	wantCounts(t, "",
+		count{"Filled", res.Filled, 3, ""},
+		count{"AlreadyPresent", res.AlreadyPresent, 0, ""},
+	)
 	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(lost)
 	// Faster than any grace: the consumer can read past the gap as soon as
@@ -120,12 +118,10 @@ func TestFilledRangeNotified(t *testing.T) {
 	// (one channel delivers in commit order).
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	if res.Filled != 0 {
-		t.Errorf("redelivery: Filled = %d, want 0", res.Filled)
-	}
-	if res.AlreadyPresent != 4 {
-		t.Errorf("redelivery: AlreadyPresent = %d, want 4", res.AlreadyPresent)
-	}
+	wantCounts(t, "redelivery",
+		count{"Filled", res.Filled, 0, ""},
+		count{"AlreadyPresent", res.AlreadyPresent, 4, ""},
+	)
 	if _, err := f.db.Pool.Exec(ctx, `NOTIFY `+pgx.Identifier{f.db.Schema.EventsChannel()}.Sanitize()+`, 'sentinel'`); err != nil {
 		t.Fatal(err)
 	}
@@ -157,12 +153,10 @@ func TestCommittedSequencesUnchanged(t *testing.T) {
 	before := f.rows(seqs)
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	if res.Filled != 0 {
-		t.Errorf("Filled = %d, want 0", res.Filled)
-	}
-	if res.AlreadyPresent != 3 {
-		t.Errorf("AlreadyPresent = %d, want 3", res.AlreadyPresent)
-	}
+	wantCounts(t, "",
+		count{"Filled", res.Filled, 0, ""},
+		count{"AlreadyPresent", res.AlreadyPresent, 3, ""},
+	)
 	wantFailedItems(t, "the batch", res)
 	after := f.rows(seqs)
 	for _, s := range seqs {
@@ -192,12 +186,10 @@ func TestPrunedSequenceNotRecreated(t *testing.T) {
 	}
 	f.send(body(t, report.Report{Sequences: seqs[:1]}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	if res.Filled != 0 {
-		t.Errorf("Filled = %d, want 0", res.Filled)
-	}
-	if res.AlreadyPresent != 1 {
-		t.Errorf("AlreadyPresent = %d, want 1 (pruned counts as present)", res.AlreadyPresent)
-	}
+	wantCounts(t, "",
+		count{"Filled", res.Filled, 0, ""},
+		count{"AlreadyPresent", res.AlreadyPresent, 1, "pruned counts as present"},
+	)
 	wantFailedItems(t, "the batch", res)
 	f.requireMissing(seqs[:1])
 }
@@ -215,12 +207,10 @@ func TestDuplicateDeliveryFillsOnce(t *testing.T) {
 		t.Errorf("first delivery: Filled = %d, want 3", first.Filled)
 	}
 	wantFailedItems(t, "first delivery", first)
-	if second.Filled != 0 {
-		t.Errorf("second delivery: Filled = %d, want 0", second.Filled)
-	}
-	if second.AlreadyPresent != 3 {
-		t.Errorf("second delivery: AlreadyPresent = %d, want 3", second.AlreadyPresent)
-	}
+	wantCounts(t, "second delivery",
+		count{"Filled", second.Filled, 0, ""},
+		count{"AlreadyPresent", second.AlreadyPresent, 3, ""},
+	)
 	wantFailedItems(t, "second delivery", second)
 }
 
@@ -305,13 +295,11 @@ func TestBatchIsOneInsert(t *testing.T) {
 		})
 	}
 	res := process(f.svc, context.Background(), ev)
-	if res.Filled != 1000 {
-		t.Errorf("Filled = %d, want 1000", res.Filled)
-	}
+	wantCounts(t, "",
+		count{"Filled", res.Filled, 1000, ""},
+		count{"Statements", int(res.Statements), 2, "check, one insert that notifies"},
+	)
 	wantFailedItems(t, "the batch", res)
-	if res.Statements != 2 {
-		t.Errorf("Statements = %d, want 2 (check, one insert that notifies)", res.Statements)
-	}
 	f.requirePlaceholders(all)
 }
 
@@ -363,12 +351,10 @@ func TestSavepointRollbackInCommittedTx(t *testing.T) {
 	slices.Sort(rep.Sequences)
 	ev.Records[0].Body = body(t, rep)
 	res = process(f.svc, ctx, ev)
-	if res.Filled != 0 {
-		t.Errorf("widened report: Filled = %d, want 0", res.Filled)
-	}
-	if res.AlreadyPresent != 4 {
-		t.Errorf("widened report: AlreadyPresent = %d, want 4", res.AlreadyPresent)
-	}
+	wantCounts(t, "widened report",
+		count{"Filled", res.Filled, 0, ""},
+		count{"AlreadyPresent", res.AlreadyPresent, 4, ""},
+	)
 }
 
 // Construction refuses a bad configuration, naming the field.
@@ -415,12 +401,10 @@ func TestReportWithoutXIDIsOwnerTrusted(t *testing.T) {
 	_, burned := f.abandoned(2)
 	f.send(body(t, report.Report{Sequences: append(slices.Clone(burned), kept...)}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	if res.Filled != 2 {
-		t.Errorf("Filled = %d, want the 2 burned sequences", res.Filled)
-	}
-	if res.AlreadyPresent != 1 {
-		t.Errorf("AlreadyPresent = %d, want the committed one", res.AlreadyPresent)
-	}
+	wantCounts(t, "",
+		count{"Filled", res.Filled, 2, "the 2 burned sequences"},
+		count{"AlreadyPresent", res.AlreadyPresent, 1, "the committed one"},
+	)
 	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(burned)
 	if r := f.rows(kept)[kept[0]]; !r.Real {

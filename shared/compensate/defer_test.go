@@ -35,12 +35,10 @@ func TestOpenWriterDeferredThenRolledBackFills(t *testing.T) {
 
 	ev := f.receive(1, 10*time.Second)
 	res := process(f.svc, ctx, ev)
-	if res.Deferred != 1 {
-		t.Errorf("Deferred = %d, want 1", res.Deferred)
-	}
-	if res.Filled != 0 {
-		t.Errorf("Filled = %d, want 0 while the writer runs", res.Filled)
-	}
+	wantCounts(t, "",
+		count{"Deferred", res.Deferred, 1, ""},
+		count{"Filled", res.Filled, 0, "while the writer runs"},
+	)
 	wantFailedItems(t, "the deferred batch", res, ev.Records[0].MessageId)
 	f.settle(ev, res.Response())
 	deferredAt := time.Now()
@@ -91,12 +89,10 @@ func TestOpenWriterDeferredThenCommittedKeepsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	if res.Filled != 0 {
-		t.Errorf("after commit: Filled = %d, want 0", res.Filled)
-	}
-	if res.AlreadyPresent != 2 {
-		t.Errorf("after commit: AlreadyPresent = %d, want 2", res.AlreadyPresent)
-	}
+	wantCounts(t, "after commit",
+		count{"Filled", res.Filled, 0, ""},
+		count{"AlreadyPresent", res.AlreadyPresent, 2, ""},
+	)
 	wantFailedItems(t, "after commit", res)
 	for s, r := range f.rows(seqs) {
 		if !r.Real {
@@ -117,23 +113,17 @@ func TestLongWriterDroppedAfterMaxDeferrals(t *testing.T) {
 
 	ev := f.receive(1, 10*time.Second)
 	res := process(f.svc, ctx, ev)
-	if res.Deferred != 1 {
-		t.Errorf("first receive: Deferred = %d, want 1", res.Deferred)
-	}
-	if res.Dropped != 0 {
-		t.Errorf("first receive: Dropped = %d, want 0", res.Dropped)
-	}
+	wantCounts(t, "first receive",
+		count{"Deferred", res.Deferred, 1, ""},
+		count{"Dropped", res.Dropped, 0, ""},
+	)
 	ev = f.receive(1, 10*time.Second) // visible again at once (defer 0s)
 	res = process(f.svc, ctx, ev)
-	if res.Dropped != 1 {
-		t.Errorf("second receive: Dropped = %d, want 1", res.Dropped)
-	}
-	if res.Deferred != 0 {
-		t.Errorf("second receive: Deferred = %d, want 0", res.Deferred)
-	}
-	if res.Failed != 0 {
-		t.Errorf("second receive: Failed = %d, want 0 (a drop is handled)", res.Failed)
-	}
+	wantCounts(t, "second receive",
+		count{"Dropped", res.Dropped, 1, ""},
+		count{"Deferred", res.Deferred, 0, ""},
+		count{"Failed", res.Failed, 0, "a drop is handled"},
+	)
 	wantFailedItems(t, "second receive", res)
 	f.settle(ev, res.Response())
 	if !strings.Contains(f.logs.String(), "the fill function will prove and fill") {

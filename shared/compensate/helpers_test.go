@@ -2,7 +2,6 @@ package compensate_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -59,13 +58,8 @@ type fixture struct {
 func setup(t *testing.T, env map[string]string) *fixture {
 	t.Helper()
 	f := &fixture{t: t, db: testdb.New(t), sqs: sqstest.Client(t), logs: &syncbuf.Buffer{}, metrics: &syncbuf.Buffer{}}
-	f.redrive = sqstest.NewQueue(t, f.sqs, "cmp-redrive", nil)
-	policy, _ := json.Marshal(map[string]any{"deadLetterTargetArn": sqstest.QueueARN(t, f.sqs, f.redrive), "maxReceiveCount": 5})
-	f.src = sqstest.NewQueue(t, f.sqs, "cmp-src", map[string]string{
-		"VisibilityTimeout": "30",
-		"RedrivePolicy":     string(policy),
-	})
-	f.srcARN = sqstest.QueueARN(t, f.sqs, f.src)
+	q := sqstest.NewRedrivenQueue(t, f.sqs, "cmp", 5, map[string]string{"VisibilityTimeout": "30"})
+	f.src, f.srcARN, f.redrive = q.URL, q.ARN, q.Redrive
 	vars := map[string]string{"COMPENSATE_RETRY_INTERVAL": "50ms", "COMPENSATE_RETRY_ATTEMPTS": "3"}
 	for k, v := range env {
 		vars[k] = v
@@ -356,4 +350,32 @@ func sequences(evs []outbox.Event) []int64 {
 		out[i] = e.Sequence
 	}
 	return out
+}
+
+// count is one counter of a Result and the value a test wants of it, with
+// why when the number needs a word.
+type count struct {
+	name      string
+	got, want int
+	why       string
+}
+
+// wantCounts checks each counter on its own; what names the batch (empty
+// for a test's only one).
+func wantCounts(t *testing.T, what string, counts ...count) {
+	t.Helper()
+	prefix := ""
+	if what != "" {
+		prefix = what + ": "
+	}
+	for _, c := range counts {
+		if c.got == c.want {
+			continue
+		}
+		if c.why != "" {
+			t.Errorf("%s%s = %d, want %d (%s)", prefix, c.name, c.got, c.want, c.why)
+		} else {
+			t.Errorf("%s%s = %d, want %d", prefix, c.name, c.got, c.want)
+		}
+	}
 }

@@ -39,12 +39,10 @@ func TestHostileReportDeferredWhileTheBatchFills(t *testing.T) {
 	res := process(f.svc, ctx, ev)
 	took := time.Since(start)
 
-	if res.Filled != len(honest) {
-		t.Errorf("Filled = %d, want the %d sequences of the nine honest reports", res.Filled, len(honest))
-	}
-	if res.Deferred != 1 {
-		t.Errorf("Deferred = %d, want the hostile report alone", res.Deferred)
-	}
+	wantCounts(t, "",
+		count{"Filled", res.Filled, len(honest), "the sequences of the nine honest reports"},
+		count{"Deferred", res.Deferred, 1, "the hostile report alone"},
+	)
 	if got := outcomes(res)["hostile"]; got != "deferred" {
 		t.Errorf("hostile report: %s, want deferred", got)
 	}
@@ -86,10 +84,8 @@ func TestHonestBatchIsStillOneInsert(t *testing.T) {
 			Body: body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs})})
 	}
 	res := process(f.svc, context.Background(), ev)
-	if res.Statements != 2 {
-		t.Errorf("Statements = %d, want 2 (the check and one insert)", res.Statements)
-	}
-	if res.Filled != 6 {
-		t.Errorf("Filled = %d, want 6", res.Filled)
-	}
+	wantCounts(t, "",
+		count{"Statements", int(res.Statements), 2, "the check and one insert"},
+		count{"Filled", res.Filled, 6, ""},
+	)
 }

@@ -46,12 +46,10 @@ func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
 		t.Errorf("Failed = %d, want both messages", res.Failed)
 	}
 	wantFailedItems(t, "database down", res, ev.Records[0].MessageId, ev.Records[1].MessageId)
-	if res.Retries != 2 {
-		t.Errorf("Retries = %d, want 2", res.Retries)
-	}
-	if res.Statements != 3 {
-		t.Errorf("Statements = %d, want 3 (a try and 2 retries)", res.Statements)
-	}
+	wantCounts(t, "",
+		count{"Retries", res.Retries, 2, ""},
+		count{"Statements", int(res.Statements), 3, "a try and 2 retries"},
+	)
 	f.settle(ev, res.Response())
 	f.requireMissing(append(slices.Clone(first), second...))
 
@@ -82,15 +80,11 @@ func TestZeroRetriesTriesOnce(t *testing.T) {
 	}
 	t.Cleanup(down.Close)
 	res := process(f.service(down), context.Background(), f.receive(1, 10*time.Second))
-	if res.Failed != 1 {
-		t.Errorf("Failed = %d, want 1", res.Failed)
-	}
-	if res.Retries != 0 {
-		t.Errorf("Retries = %d, want 0", res.Retries)
-	}
-	if res.Statements != 1 {
-		t.Errorf("Statements = %d, want the one try", res.Statements)
-	}
+	wantCounts(t, "",
+		count{"Failed", res.Failed, 1, ""},
+		count{"Retries", res.Retries, 0, ""},
+		count{"Statements", int(res.Statements), 1, "the one try"},
+	)
 }
 
 // unusedPort is a local port with nothing listening.

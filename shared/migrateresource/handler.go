@@ -87,18 +87,11 @@ func (s *Service) RunOnce(ctx context.Context, ev cfn.Event) (*Result, error) {
 // apply runs the migrations, bounded by the invocation's deadline less
 // ResponseReserve.
 func (s *Service) apply(ctx context.Context, res *Result) error {
-	if s.opts.Misconfigured != nil {
-		return s.opts.Misconfigured
-	}
-	actx := ctx
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithDeadline(ctx, deadline.Add(-ResponseReserve))
-		defer cancel()
-	}
-	db, err := s.open(actx)
+	actx, cancel := reserved(ctx)
+	defer cancel()
+	db, err := s.login(actx)
 	if err != nil {
-		return fmt.Errorf("log in: %w", err)
+		return err
 	}
 	defer db.Close()
 	r, err := migrations.ApplyWith(actx, db, s.cfg.Schema, migrations.ApplyOptions{
@@ -134,17 +127,11 @@ func (s *Service) current(ctx context.Context, res *Result) string {
 }
 
 func (s *Service) readCurrent(ctx context.Context) (string, error) {
-	if s.opts.Misconfigured != nil {
-		return "", s.opts.Misconfigured
-	}
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-ResponseReserve))
-		defer cancel()
-	}
-	db, err := s.open(ctx)
+	ctx, cancel := reserved(ctx)
+	defer cancel()
+	db, err := s.login(ctx)
 	if err != nil {
-		return "", fmt.Errorf("log in: %w", err)
+		return "", err
 	}
 	defer db.Close()
 	tx, err := db.Begin(ctx)
@@ -161,6 +148,29 @@ func (s *Service) readCurrent(ctx context.Context) (string, error) {
 		return "none", nil
 	}
 	return cur.Name, nil
+}
+
+// reserved is ctx bounded by its deadline less ResponseReserve, so the
+// response still goes out after the work ends on it.
+func reserved(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline.Add(-ResponseReserve))
+}
+
+// login opens the database, or fails with the configuration's error when
+// the function was built misconfigured.
+func (s *Service) login(ctx context.Context) (DB, error) {
+	if s.opts.Misconfigured != nil {
+		return nil, s.opts.Misconfigured
+	}
+	db, err := s.open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("log in: %w", err)
+	}
+	return db, nil
 }
 
 // reason is the Reason of a FAILED response: what CloudFormation shows in

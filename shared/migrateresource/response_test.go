@@ -6,14 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/cfn"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/stall"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
@@ -21,15 +20,7 @@ import (
 // the test ends.
 func silentResponseURL(t *testing.T) string {
 	t.Helper()
-	done := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-done:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(func() { close(done); srv.Close() })
-	return srv.URL + "/cloudformation-custom-resource-response-useast1/stack?X-Amz-Signature=secret-signature"
+	return stall.Server(t).URL + "/cloudformation-custom-resource-response-useast1/stack?X-Amz-Signature=secret-signature"
 }
 
 // A ResponseURL that accepts and never answers must not take the whole

@@ -297,22 +297,33 @@ func BenchmarkPublish(b *testing.B) {
 	// with fsync on) one slow flush of the shared disk moved a median by a
 	// third, from one run to the next.
 	perRound := benchkit.Size(2000, 40)
-	sides := publishSides(b)
+	sides, perTx := runSides(b, perRound, (*publishSide).arms, "go", "go-notify", "sql", "sql-notify")
+	for _, s := range sides {
+		b.ReportMetric(perTx(s.name, "go-notify")/perTx(s.name, "go"), s.name+"-notify/plain")
+	}
+}
+
+// runSides runs armsOf each of publishSides' sides, all alternating, and
+// reports for each side the ns per transaction of its bare arm and of each
+// named one, and each one's ratio to bare. It returns the sides and
+// perTx, a median per transaction, for further ratios.
+func runSides(b *testing.B, perRound int, armsOf func(*publishSide, *testing.B, int) []benchkit.Arm, named ...string) (sides []*publishSide, perTx func(side, arm string) float64) {
+	sides = publishSides(b)
 	var arms []benchkit.Arm
 	for _, s := range sides {
-		arms = append(arms, s.arms(b, perRound)...)
+		arms = append(arms, armsOf(s, b, perRound)...)
 	}
 	samples := alternate(b, arms)
+	perTx = func(side, arm string) float64 { return samples.Median(side+"/"+arm) / float64(perRound) }
 	for _, s := range sides {
-		perTx := func(arm string) float64 { return samples.Median(s.name+"/"+arm) / float64(perRound) }
-		bare := perTx("bare")
+		bare := perTx(s.name, "bare")
 		b.ReportMetric(bare*1e9, s.name+"-bare-ns/tx")
-		for _, arm := range []string{"go", "go-notify", "sql", "sql-notify"} {
-			b.ReportMetric(perTx(arm)*1e9, s.name+"-"+arm+"-ns/tx")
-			b.ReportMetric(perTx(arm)/bare, s.name+"-"+arm+"/bare")
+		for _, arm := range named {
+			b.ReportMetric(perTx(s.name, arm)*1e9, s.name+"-"+arm+"-ns/tx")
+			b.ReportMetric(perTx(s.name, arm)/bare, s.name+"-"+arm+"/bare")
 		}
-		b.ReportMetric(perTx("go-notify")/perTx("go"), s.name+"-notify/plain")
 	}
+	return sides, perTx
 }
 
 // publishSides are the two clusters a publish benchmark compares on: the
@@ -358,20 +369,5 @@ func alternate(b *testing.B, arms []benchkit.Arm) benchkit.Samples {
 // Reported: ns per transaction and the ratio to the bare insert for each.
 // Target: ≤ 1.2 x the bare insert with fsync on.
 func BenchmarkInsert(b *testing.B) {
-	perRound := benchkit.Size(2000, 40)
-	sides := publishSides(b)
-	var arms []benchkit.Arm
-	for _, s := range sides {
-		arms = append(arms, s.insertArms(b, perRound)...)
-	}
-	samples := alternate(b, arms)
-	for _, s := range sides {
-		perTx := func(arm string) float64 { return samples.Median(s.name+"/"+arm) / float64(perRound) }
-		bare := perTx("bare")
-		b.ReportMetric(bare*1e9, s.name+"-bare-ns/tx")
-		for _, arm := range []string{"insert", "insert-notify"} {
-			b.ReportMetric(perTx(arm)*1e9, s.name+"-"+arm+"-ns/tx")
-			b.ReportMetric(perTx(arm)/bare, s.name+"-"+arm+"/bare")
-		}
-	}
+	runSides(b, benchkit.Size(2000, 40), (*publishSide).insertArms, "insert", "insert-notify")
 }

@@ -112,15 +112,7 @@ func (c *core) enqueue(ctx context.Context, ex executor, d NewDelivery) (int64, 
 }
 
 func (c *core) claimPending(ctx context.Context, ex executor, limit int) ([]Delivery, error) {
-	var out []Delivery
-	err := ex.query(ctx, c.sql.claimPending, pgx.StrictNamedArgs{"limit": limit}, func(scan func(dest ...any) error) error {
-		var d Delivery
-		if err := d.scan(scan); err != nil {
-			return err
-		}
-		out = append(out, d)
-		return nil
-	})
+	out, err := queryAll[Delivery](ctx, ex, c.sql.claimPending, pgx.StrictNamedArgs{"limit": limit})
 	if err != nil {
 		return nil, fmt.Errorf("claim pending deliveries: %w", err)
 	}

@@ -280,15 +280,7 @@ func (c *core) readContiguous(ctx context.Context, after int64, limit int) ([]Ev
 	if limit <= 0 {
 		return nil, nil
 	}
-	var out []Event
-	err := c.pool.query(ctx, c.sql.readEvents, pgx.StrictNamedArgs{"after": after, "max": limit}, func(scan func(dest ...any) error) error {
-		var e Event
-		if err := e.scan(scan); err != nil {
-			return err
-		}
-		out = append(out, e)
-		return nil
-	})
+	out, err := queryAll[Event](ctx, c.pool, c.sql.readEvents, pgx.StrictNamedArgs{"after": after, "max": limit})
 	if err != nil {
 		return nil, fmt.Errorf("read events after %d: %w", after, err)
 	}
@@ -308,6 +300,23 @@ func (c *core) head(ctx context.Context) (int64, error) {
 
 // errNoRows: a statement that answers one row answered none.
 var errNoRows = errors.New("no rows")
+
+// queryAll runs stmt through ex and scans every row it returns into a T.
+func queryAll[T any, P interface {
+	*T
+	scan(scan func(dest ...any) error) error
+}](ctx context.Context, ex executor, stmt string, args pgx.StrictNamedArgs) ([]T, error) {
+	var out []T
+	err := ex.query(ctx, stmt, args, func(scan func(dest ...any) error) error {
+		var v T
+		if err := P(&v).scan(scan); err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
 
 // queryOne runs a statement that answers one row and scans it into dest.
 func queryOne(ctx context.Context, ex executor, stmt string, args pgx.StrictNamedArgs, dest ...any) error {

@@ -173,20 +173,21 @@ func TestCommitPositionOnlyMovesForward(t *testing.T) {
 	if got, err := commit("ledger", 10); err != nil || got != 10 {
 		t.Errorf("commit to the head = %d, %v; want 10", got, err)
 	}
-	var pgErr *pgconn.PgError
-	if _, err := commit("ledger", 11); !errors.As(err, &pgErr) || pgErr.Code != "22023" {
-		t.Errorf("commit above the head: %v, want invalid_parameter_value", err)
+	refused := []struct {
+		what, name string
+		position   int64
+	}{
+		{"commit above the head", "ledger", 11},
+		{"commit of -1", "ledger", -1},
+		{"commit for an empty name", "", 1},
 	}
-	if _, err := commit("ledger", -1); !errors.As(err, &pgErr) || pgErr.Code != "22023" {
-		t.Errorf("commit of -1: %v, want invalid_parameter_value", err)
+	for _, c := range refused {
+		var pgErr *pgconn.PgError
+		if _, err := commit(c.name, c.position); !errors.As(err, &pgErr) || pgErr.Code != "22023" {
+			t.Errorf("%s: %v, want invalid_parameter_value", c.what, err)
+		}
 	}
-	if _, err := commit("", 1); !errors.As(err, &pgErr) || pgErr.Code != "22023" {
-		t.Errorf("commit for an empty name: %v, want invalid_parameter_value", err)
-	}
-	var stored int64
-	if err := db.Pool.QueryRow(ctx, `SELECT position FROM outbox.consumers WHERE name = 'ledger'`).Scan(&stored); err != nil || stored != 10 {
-		t.Errorf("stored position = %d, %v; want 10", stored, err)
-	}
+	wantPosition(t, db, "ledger", 10, "after the commits")
 }
 
 // A consumer name is the consumers table's primary key: one longer than
@@ -416,10 +417,7 @@ func TestConsumeHandsBatchesInOrderAndCommitsAfter(t *testing.T) {
 	if !slices.Equal(batches, []int{10, 10, 5}) {
 		t.Errorf("batch sizes = %v, want [10 10 5]", batches)
 	}
-	var stored int64
-	if err := db.Pool.QueryRow(context.Background(), `SELECT position FROM outbox.consumers WHERE name = 'ledger'`).Scan(&stored); err != nil || stored != 25 {
-		t.Errorf("position after the run = %d, %v; want 25", stored, err)
-	}
+	wantPosition(t, db, "ledger", 25, "after the run")
 }
 
 // A handler's failure stops the consumer and leaves the position where it
@@ -437,10 +435,7 @@ func TestConsumeLeavesThePositionWhenHandlingFails(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Consume = %v, want the handler's error", err)
 	}
-	var stored int64
-	if err := db.Pool.QueryRow(ctx, `SELECT position FROM outbox.consumers WHERE name = 'ledger'`).Scan(&stored); err != nil || stored != 2 {
-		t.Errorf("position = %d, %v; want the start 2", stored, err)
-	}
+	wantPosition(t, db, "ledger", 2, "after the failed handler (the start)")
 }
 
 // With a listener, an idle consumer wakes on the commit's notification,
@@ -685,5 +680,14 @@ func TestDatabaseSQLRecipe(t *testing.T) {
 	var stored int64
 	if err := sqldb.QueryRowContext(ctx, `SELECT outbox.commit_position($1, $2)`, "orders", 2).Scan(&stored); err != nil || stored != 2 {
 		t.Errorf("commit_position = %d, %v; want 2", stored, err)
+	}
+}
+
+// wantPosition checks the consumer's position as the consumers table
+// holds it; when says at which point of the test.
+func wantPosition(t *testing.T, db *testdb.DB, name string, want int64, when string) {
+	t.Helper()
+	if got := testdb.Scalar[int64](t, db.Pool, `SELECT position FROM outbox.consumers WHERE name = $1`, name); got != want {
+		t.Errorf("%s: %s's stored position = %d, want %d", when, name, got, want)
 	}
 }

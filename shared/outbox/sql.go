@@ -125,12 +125,9 @@ func (o *SQLOutbox) Wrap(tx *sql.Tx) *SQLTx {
 // InTx is Outbox.InTx on database/sql: opts, at most one, are the
 // transaction's options as database/sql takes them.
 func (o *SQLOutbox) InTx(ctx context.Context, fn func(ctx context.Context, tx *SQLTx) error, opts ...*sql.TxOptions) error {
-	if len(opts) > 1 {
-		return errors.New("outbox: InTx takes at most one *sql.TxOptions")
-	}
-	var txOpts *sql.TxOptions
-	if len(opts) == 1 {
-		txOpts = opts[0]
+	txOpts, err := atMostOne(opts, "*sql.TxOptions")
+	if err != nil {
+		return err
 	}
 	stx, err := o.db.BeginTx(ctx, txOpts)
 	if err != nil {

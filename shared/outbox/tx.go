@@ -109,10 +109,10 @@ func (t *Tx) Savepoint(ctx context.Context, fn func(ctx context.Context, tx *Tx)
 		func() error { return sp.Commit(ctx) }) // RELEASE SAVEPOINT
 }
 
-// commit ends the transaction with do (COMMIT) and reports: everything
-// when COMMIT failed, what savepoints abandoned when it succeeded. closed
-// is the library's answer to a transaction already ended.
-func (t *tracker) commit(closed error, do func() error) error {
+// end marks the transaction ended, or says why it cannot end it: a
+// savepoint's Tx ends with its callback, and an ended transaction answers
+// closed, the library's error for it.
+func (t *tracker) end(closed error) error {
 	if t.savepoint {
 		return errSavepointEnds
 	}
@@ -120,6 +120,16 @@ func (t *tracker) commit(closed error, do func() error) error {
 		return closed
 	}
 	t.state.ended = true
+	return nil
+}
+
+// commit ends the transaction with do (COMMIT) and reports: everything
+// when COMMIT failed, what savepoints abandoned when it succeeded. closed
+// is the library's answer to a transaction already ended.
+func (t *tracker) commit(closed error, do func() error) error {
+	if err := t.end(closed); err != nil {
+		return err
+	}
 	if err := do(); err != nil {
 		return errors.Join(fmt.Errorf("outbox: commit: %w", err), t.reportAbandoned(true))
 	}
@@ -135,13 +145,9 @@ func (t *tracker) commit(closed error, do func() error) error {
 // rollback ends the transaction with do (ROLLBACK) and reports everything
 // it published.
 func (t *tracker) rollback(closed error, do func() error) error {
-	if t.savepoint {
-		return errSavepointEnds
+	if err := t.end(closed); err != nil {
+		return err
 	}
-	if t.state.ended {
-		return closed
-	}
-	t.state.ended = true
 	err := do()
 	if err != nil {
 		err = fmt.Errorf("outbox: rollback: %w", err)
@@ -220,12 +226,9 @@ const reportTimeout = 5 * time.Second
 // because the compensate function checks the xid's status and never writes
 // over a row that exists.
 func (o *Outbox) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) error, opts ...pgx.TxOptions) (err error) {
-	if len(opts) > 1 {
-		return errors.New("outbox: InTx takes at most one pgx.TxOptions")
-	}
-	var txOpts pgx.TxOptions
-	if len(opts) == 1 {
-		txOpts = opts[0]
+	txOpts, err := atMostOne(opts, "pgx.TxOptions")
+	if err != nil {
+		return err
 	}
 	ptx, err := o.db.BeginTx(ctx, txOpts)
 	if err != nil {
@@ -234,6 +237,19 @@ func (o *Outbox) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 	tx := o.Wrap(ptx)
 	return o.runTx(pgx.ErrTxClosed, func() error { return fn(ctx, tx) },
 		func() error { return tx.Rollback(ctx) }, func() error { return tx.Commit(ctx) })
+}
+
+// atMostOne is InTx's options, what for the error: the zero value when
+// none is given, the one given, or an error for more than one.
+func atMostOne[T any](opts []T, what string) (T, error) {
+	var zero T
+	switch len(opts) {
+	case 0:
+		return zero, nil
+	case 1:
+		return opts[0], nil
+	}
+	return zero, fmt.Errorf("outbox: InTx takes at most one %s", what)
 }
 
 // runTx is InTx for both libraries: fn, then commit, or rollback when fn

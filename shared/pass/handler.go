@@ -66,6 +66,10 @@ func (h *Handler[In, R, Out]) Handle(ctx context.Context, in In) (Out, error) {
 	return h.respond(res, err)
 }
 
+// Lambda is Handle as lambda.Start takes it: what a function's main
+// serves (internal/boot.Serve), whatever the handler's input and answer.
+func (h *Handler[In, R, Out]) Lambda() any { return h.Handle }
+
 // Response is a scheduled pass's answer: the Result as the response, or
 // the error, so Lambda counts a pass the database failed for (its Errors
 // metric). Waiting, and a statement the budget ended, are not errors.

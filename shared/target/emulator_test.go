@@ -71,6 +71,48 @@ type envelope struct {
 	Payload    json.RawMessage `json:"payload"`
 }
 
+// sendAll sends msgs through s, requires every one sent, and checks that
+// it took calls calls (why says why that many).
+func sendAll(t *testing.T, s *Sender, msgs []Message, calls int, why string) Result {
+	t.Helper()
+	res := s.Send(context.Background(), msgs)
+	requireAllSent(t, res)
+	if res.Calls != calls {
+		t.Errorf("Calls = %d, want %d (%s)", res.Calls, calls, why)
+	}
+	return res
+}
+
+// wantBigRefused sends a message of size bytes between two small ones,
+// in groups (a partition key each, for Kinesis), and checks that the big
+// one alone failed, permanent with code.
+func wantBigRefused(t *testing.T, s *Sender, groups []string, size int, code string) Result {
+	t.Helper()
+	res := s.Send(context.Background(), []Message{
+		{ID: "small1", Group: groups[0], Body: []byte(`{}`)},
+		{ID: "big", Group: groups[1], Body: bytes.Repeat([]byte("b"), size)},
+		{ID: "small2", Group: groups[2], Body: []byte(`{}`)},
+	})
+	want := map[string]Status{"small1": Sent, "big": Permanent, "small2": Sent}
+	for _, o := range res.Outcomes {
+		if o.Status != want[o.ID] {
+			t.Errorf("%s: %v %s %s, want %v", o.ID, o.Status, o.Code, o.Message, want[o.ID])
+		}
+	}
+	if res.Outcomes[1].Code != code {
+		t.Errorf("big's code %q, want %s", res.Outcomes[1].Code, code)
+	}
+	return res
+}
+
+// filled is n messages in group of size bytes each, each of its own byte.
+func filled(n int, group string, size int) []Message {
+	msgs := make([]Message, n)
+	for i := range msgs {
+		msgs[i] = Message{ID: fmt.Sprint(i), Group: group, Body: bytes.Repeat([]byte{'a' + byte(i)}, size)}
+	}
+	return msgs
+}
 func sequences(t *testing.T, bodies []string) []int64 {
 	t.Helper()
 	var out []int64
@@ -116,11 +158,7 @@ func TestSQSStandardQueueReceivesEveryEnvelopeInCallsOfTen(t *testing.T) {
 	q := sqstest.Client(t)
 	url := sqstest.NewQueue(t, q, "target-std", nil)
 	s := newSender(t, awstest.Config(t), sqstest.QueueARN(t, q, url), Config{})
-	res := s.Send(context.Background(), events(t, 1, 25, noGroup))
-	requireAllSent(t, res)
-	if res.Calls != 3 {
-		t.Errorf("Calls = %d, want 3 for 25 messages", res.Calls)
-	}
+	sendAll(t, s, events(t, 1, 25, noGroup), 3, "for 25 messages")
 	got := sequences(t, bodies(sqstest.Drain(t, q, url, 25, 10*time.Second)))
 	if len(got) != 25 {
 		t.Fatalf("queue received %d messages, want 25", len(got))
@@ -174,15 +212,7 @@ func TestSQSCallFillsTheOneMiBBatchLimitExactly(t *testing.T) {
 	s := newSender(t, awstest.Config(t), url, Config{Concurrency: 1})
 	// Five quarter-MiB bodies: four fill one call to exactly 1 MiB (fauxqs,
 	// like SQS, refuses a byte more with BatchRequestTooLong), one is left.
-	var msgs []Message
-	for i := range 5 {
-		msgs = append(msgs, Message{ID: fmt.Sprint(i), Body: bytes.Repeat([]byte{'a' + byte(i)}, 256<<10)})
-	}
-	res := s.Send(context.Background(), msgs)
-	requireAllSent(t, res)
-	if res.Calls != 2 {
-		t.Errorf("Calls = %d, want 2 (4 × 256 KiB, then 1)", res.Calls)
-	}
+	sendAll(t, s, filled(5, "", 256<<10), 2, "4 × 256 KiB, then 1")
 	if got := len(sqstest.Drain(t, q, url, 5, 10*time.Second)); got != 5 {
 		t.Errorf("%d arrived, want 5", got)
 	}
@@ -282,15 +312,7 @@ func TestSNSCallStaysWithin256KiB(t *testing.T) {
 	sn := awstest.SNS(t)
 	topic := awstest.NewTopic(t, sn, "target-size", false)
 	s := newSender(t, awstest.Config(t), topic, Config{Concurrency: 1})
-	var msgs []Message
-	for i := range 5 {
-		msgs = append(msgs, Message{ID: fmt.Sprint(i), Body: bytes.Repeat([]byte("s"), 100<<10)})
-	}
-	res := s.Send(context.Background(), msgs)
-	requireAllSent(t, res)
-	if res.Calls != 3 {
-		t.Errorf("Calls = %d, want 3 (2 × 100 KiB per 256 KiB call)", res.Calls)
-	}
+	sendAll(t, s, filled(5, "", 100<<10), 3, "2 × 100 KiB per 256 KiB call")
 }
 
 // A topic's MaximumMessageSize can be raised to 1 MiB; a sender configured
@@ -301,20 +323,7 @@ func TestSNSMessageOverTheTopicsSizeFailsThatEntryPermanent(t *testing.T) {
 	sn := awstest.SNS(t)
 	topic := awstest.NewTopic(t, sn, "target-big", false)
 	s := newSender(t, awstest.Config(t), topic, Config{Limits: Limits{EntryBytes: 1 << 20}})
-	res := s.Send(context.Background(), []Message{
-		{ID: "small1", Body: []byte(`{}`)},
-		{ID: "big", Body: bytes.Repeat([]byte("b"), 300<<10)},
-		{ID: "small2", Body: []byte(`{}`)},
-	})
-	want := map[string]Status{"small1": Sent, "big": Permanent, "small2": Sent}
-	for _, o := range res.Outcomes {
-		if o.Status != want[o.ID] {
-			t.Errorf("%s: %v %s %s, want %v", o.ID, o.Status, o.Code, o.Message, want[o.ID])
-		}
-	}
-	if res.Outcomes[1].Code != "InvalidParameter" {
-		t.Errorf("big's code %q, want InvalidParameter", res.Outcomes[1].Code)
-	}
+	res := wantBigRefused(t, s, []string{"", "", ""}, 300<<10, "InvalidParameter")
 	if res.Calls != 1 {
 		t.Errorf("Calls = %d, want 1 (a per-entry refusal needs no retry)", res.Calls)
 	}
@@ -326,12 +335,7 @@ func TestEventBridgeBusDeliversEnvelopesAsDetailThroughARule(t *testing.T) {
 	t.Parallel()
 	bus := awstest.NewBusToQueue(t, "outboxkeeper.test")
 	s := newSender(t, awstest.Config(t), bus.ARN, Config{Source: bus.Source})
-	msgs := events(t, 1, 12, noGroup)
-	res := s.Send(context.Background(), msgs)
-	requireAllSent(t, res)
-	if res.Calls != 2 {
-		t.Errorf("Calls = %d, want 2 for 12 entries", res.Calls)
-	}
+	sendAll(t, s, events(t, 1, 12, noGroup), 2, "for 12 entries")
 	got := sqstest.Drain(t, bus.SQS, bus.Queue, 12, 10*time.Second)
 	if len(got) != 12 {
 		t.Fatalf("rule delivered %d events, want 12", len(got))
@@ -369,11 +373,7 @@ func TestEventBridgeCallStaysWithin256KiBByAWSsFormula(t *testing.T) {
 	if n := s.Size(msgs[0]); n != 128<<10 {
 		t.Fatalf("Size = %d, want 131072", n)
 	}
-	res := s.Send(context.Background(), msgs)
-	requireAllSent(t, res)
-	if res.Calls != 2 {
-		t.Errorf("Calls = %d, want 2", res.Calls)
-	}
+	sendAll(t, s, msgs, 2, "two entries a call")
 }
 
 // moto, like EventBridge, refuses per entry a Detail that is not JSON.
@@ -418,11 +418,7 @@ func TestKinesisStreamKeepsEachPartitionKeysOrder(t *testing.T) {
 	arn := awstest.NewStream(t, k, "target-stream", 2)
 	s := newSender(t, awstest.Config(t), arn, Config{})
 	msgs := events(t, 1, 600, func(seq int64) string { return fmt.Sprintf("key%d", seq%3) })
-	res := s.Send(context.Background(), msgs)
-	requireAllSent(t, res)
-	if res.Calls != 2 {
-		t.Errorf("Calls = %d, want 2 (600 records, 500 a call)", res.Calls)
-	}
+	sendAll(t, s, msgs, 2, "600 records, 500 a call")
 	tgt, _ := Parse(arn)
 	recs := awstest.ReadStream(t, k, tgt.Name, 600, 10*time.Second)
 	if len(recs) != 600 {
@@ -445,15 +441,7 @@ func TestKinesisCallFillsFiveMiBExactly(t *testing.T) {
 	arn := awstest.NewStream(t, k, "target-5mib", 1)
 	s := newSender(t, awstest.Config(t), arn, Config{})
 	// Six records of exactly 1 MiB with their key: five fill a call.
-	var msgs []Message
-	for i := range 6 {
-		msgs = append(msgs, Message{ID: fmt.Sprint(i), Group: "k", Body: bytes.Repeat([]byte{'0' + byte(i)}, 1<<20-1)})
-	}
-	res := s.Send(context.Background(), msgs)
-	requireAllSent(t, res)
-	if res.Calls != 2 {
-		t.Errorf("Calls = %d, want 2 (5 × 1 MiB, then 1)", res.Calls)
-	}
+	sendAll(t, s, filled(6, "k", 1<<20-1), 2, "5 × 1 MiB, then 1")
 }
 
 // kinesalite refuses a call with a record over 1 MiB as a whole
@@ -465,20 +453,7 @@ func TestKinesisRecordOverTheStreamsLimitFailsAloneAfterTheCallIsSplit(t *testin
 	k := awstest.Kinesis(t)
 	arn := awstest.NewStream(t, k, "target-big", 1)
 	s := newSender(t, awstest.Config(t), arn, Config{Limits: Limits{EntryBytes: 2 << 20}})
-	res := s.Send(context.Background(), []Message{
-		{ID: "small1", Group: "a", Body: []byte(`{}`)},
-		{ID: "big", Group: "b", Body: bytes.Repeat([]byte("b"), 3<<19)},
-		{ID: "small2", Group: "c", Body: []byte(`{}`)},
-	})
-	want := map[string]Status{"small1": Sent, "big": Permanent, "small2": Sent}
-	for _, o := range res.Outcomes {
-		if o.Status != want[o.ID] {
-			t.Errorf("%s: %v %s %s, want %v", o.ID, o.Status, o.Code, o.Message, want[o.ID])
-		}
-	}
-	if res.Outcomes[1].Code != "ValidationException" {
-		t.Errorf("big's code %q, want ValidationException", res.Outcomes[1].Code)
-	}
+	res := wantBigRefused(t, s, []string{"a", "b", "c"}, 3<<19, "ValidationException")
 	if res.Calls != 4 {
 		t.Errorf("Calls = %d, want 4 (the call, then each alone)", res.Calls)
 	}

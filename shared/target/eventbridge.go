@@ -51,17 +51,7 @@ func (a *eventBridgeAPI) put(ctx context.Context, batch []*Message) ([]answer, e
 // eventBridgeAnswers reads PutEvents' answer: one result entry per request
 // entry, in order, with an EventId or an ErrorCode.
 func eventBridgeAnswers(out *eventbridge.PutEventsOutput, n int) []answer {
-	answers := notAcknowledged(n)
-	for k, e := range out.Entries {
-		if k >= n {
-			break
-		}
-		switch {
-		case e.ErrorCode != nil:
-			answers[k] = answer{code: aws.ToString(e.ErrorCode), message: aws.ToString(e.ErrorMessage)}
-		case e.EventId != nil:
-			answers[k] = answer{ok: true}
-		}
-	}
-	return answers
+	return answersInOrder(n, out.Entries, func(e types.PutEventsResultEntry) (id, code, message *string) {
+		return e.EventId, e.ErrorCode, e.ErrorMessage
+	})
 }

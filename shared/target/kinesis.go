@@ -48,17 +48,7 @@ func (a *kinesisAPI) put(ctx context.Context, batch []*Message) ([]answer, error
 // kinesisAnswers reads PutRecords' answer: one result per record, in
 // order, with a SequenceNumber or an ErrorCode.
 func kinesisAnswers(out *kinesis.PutRecordsOutput, n int) []answer {
-	answers := notAcknowledged(n)
-	for k, r := range out.Records {
-		if k >= n {
-			break
-		}
-		switch {
-		case r.ErrorCode != nil:
-			answers[k] = answer{code: aws.ToString(r.ErrorCode), message: aws.ToString(r.ErrorMessage)}
-		case r.SequenceNumber != nil:
-			answers[k] = answer{ok: true}
-		}
-	}
-	return answers
+	return answersInOrder(n, out.Records, func(r types.PutRecordsResultEntry) (id, code, message *string) {
+		return r.SequenceNumber, r.ErrorCode, r.ErrorMessage
+	})
 }

@@ -30,35 +30,20 @@ const (
 //   - Kinesis PutRecords: 500 records, 1 MiB per record and 5 MiB per call,
 //     partition key included (the stream's default; streams configured for
 //     larger records take up to 10 MiB).
-func DefaultLimits(k Kind) Limits {
-	switch k {
-	case EventBridge:
-		return Limits{Entries: 10, EntryBytes: 256 * kib, CallBytes: 256 * kib}
-	case SNS:
-		return Limits{Entries: 10, EntryBytes: 256 * kib, CallBytes: 256 * kib}
-	case SQS:
-		return Limits{Entries: 10, EntryBytes: 1 * mib, CallBytes: 1 * mib}
-	case Kinesis:
-		return Limits{Entries: 500, EntryBytes: 1 * mib, CallBytes: 5 * mib}
-	}
-	return Limits{}
-}
+func DefaultLimits(k Kind) Limits { return limitsOf[k].def }
 
 // MaxLimits are the most the service takes of a call when the target is
 // configured for it (a topic's MaximumMessageSize, a stream's maximum
 // record size): the ceiling Config.Limits may be raised to.
-func MaxLimits(k Kind) Limits {
-	switch k {
-	case EventBridge:
-		return Limits{Entries: 10, EntryBytes: 1 * mib, CallBytes: 1 * mib}
-	case SNS:
-		return Limits{Entries: 10, EntryBytes: 1 * mib, CallBytes: 1 * mib}
-	case SQS:
-		return Limits{Entries: 10, EntryBytes: 1 * mib, CallBytes: 1 * mib}
-	case Kinesis:
-		return Limits{Entries: 500, EntryBytes: 10 * mib, CallBytes: 10 * mib}
-	}
-	return Limits{}
+func MaxLimits(k Kind) Limits { return limitsOf[k].max }
+
+// limitsOf holds each kind's DefaultLimits and MaxLimits side by side; an
+// unknown kind has the zero Limits.
+var limitsOf = map[Kind]struct{ def, max Limits }{
+	EventBridge: {def: Limits{Entries: 10, EntryBytes: 256 * kib, CallBytes: 256 * kib}, max: Limits{Entries: 10, EntryBytes: 1 * mib, CallBytes: 1 * mib}},
+	SNS:         {def: Limits{Entries: 10, EntryBytes: 256 * kib, CallBytes: 256 * kib}, max: Limits{Entries: 10, EntryBytes: 1 * mib, CallBytes: 1 * mib}},
+	SQS:         {def: Limits{Entries: 10, EntryBytes: 1 * mib, CallBytes: 1 * mib}, max: Limits{Entries: 10, EntryBytes: 1 * mib, CallBytes: 1 * mib}},
+	Kinesis:     {def: Limits{Entries: 500, EntryBytes: 1 * mib, CallBytes: 5 * mib}, max: Limits{Entries: 500, EntryBytes: 10 * mib, CallBytes: 10 * mib}},
 }
 
 // withDefaults fills the zero fields of l from the kind's defaults and

@@ -12,32 +12,23 @@ import (
 type snsAPI struct {
 	client *sns.Client
 	arn    string
-	fifo   bool
+	fifo
 }
 
 func newSNS(cfg aws.Config, t Target) *snsAPI {
-	return &snsAPI{client: sns.NewFromConfig(cfg), arn: t.ARN, fifo: t.FIFO}
+	return &snsAPI{client: sns.NewFromConfig(cfg), arn: t.ARN, fifo: fifo(t.FIFO)}
 }
 
 // size is the message's UTF-8 bytes (SNS adds the attributes, and the
 // Sender sets none).
 func (a *snsAPI) size(m *Message) int { return len(m.Body) }
 
-func (a *snsAPI) check(m *Message) (string, string) {
-	if a.fifo {
-		return checkFIFO(m)
-	}
-	return "", ""
-}
-
 func (a *snsAPI) put(ctx context.Context, batch []*Message) ([]answer, error) {
 	entries := make([]types.PublishBatchRequestEntry, len(batch))
 	for k, m := range batch {
-		e := types.PublishBatchRequestEntry{Id: aws.String(entryID(k)), Message: aws.String(string(m.Body))}
-		if a.fifo {
-			e.MessageGroupId, e.MessageDeduplicationId = aws.String(m.Group), aws.String(m.DedupID)
-		}
-		entries[k] = e
+		group, dedup := a.ids(m)
+		entries[k] = types.PublishBatchRequestEntry{Id: aws.String(entryID(k)), Message: aws.String(string(m.Body)),
+			MessageGroupId: group, MessageDeduplicationId: dedup}
 	}
 	out, err := a.client.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(a.arn), PublishBatchRequestEntries: entries})
 	if err != nil {
@@ -47,16 +38,6 @@ func (a *snsAPI) put(ctx context.Context, batch []*Message) ([]answer, error) {
 }
 
 func snsAnswers(out *sns.PublishBatchOutput, n int) []answer {
-	answers := notAcknowledged(n)
-	for _, s := range out.Successful {
-		if k, ok := entryIndex(aws.ToString(s.Id), n); ok {
-			answers[k] = answer{ok: true}
-		}
-	}
-	for _, f := range out.Failed {
-		if k, ok := entryIndex(aws.ToString(f.Id), n); ok {
-			answers[k] = answer{code: aws.ToString(f.Code), message: aws.ToString(f.Message)}
-		}
-	}
-	return answers
+	return answersByID(n, out.Successful, func(s types.PublishBatchResultEntry) *string { return s.Id },
+		out.Failed, func(f types.BatchResultErrorEntry) (id, code, message *string) { return f.Id, f.Code, f.Message })
 }

@@ -13,50 +13,30 @@ import (
 type sqsAPI struct {
 	client *sqs.Client
 	url    string
-	fifo   bool
+	fifo
 }
 
 func newSQS(cfg aws.Config, t Target) *sqsAPI {
-	return &sqsAPI{client: sqs.NewFromConfig(cfg), url: t.URL, fifo: t.FIFO}
+	return &sqsAPI{client: sqs.NewFromConfig(cfg), url: t.URL, fifo: fifo(t.FIFO)}
 }
 
 // size is the body's UTF-8 bytes: SQS counts the body and the message
 // attributes, and the Sender sets no attributes.
 func (a *sqsAPI) size(m *Message) int { return len(m.Body) }
 
-func (a *sqsAPI) check(m *Message) (string, string) {
-	if a.fifo {
-		return checkFIFO(m)
-	}
-	return "", ""
-}
-
 func (a *sqsAPI) put(ctx context.Context, batch []*Message) ([]answer, error) {
 	entries := make([]types.SendMessageBatchRequestEntry, len(batch))
 	for k, m := range batch {
-		e := types.SendMessageBatchRequestEntry{Id: aws.String(entryID(k)), MessageBody: aws.String(string(m.Body))}
-		// A standard queue refuses both ids as invalid for its type.
-		if a.fifo {
-			e.MessageGroupId, e.MessageDeduplicationId = aws.String(m.Group), aws.String(m.DedupID)
-		}
-		entries[k] = e
+		group, dedup := a.ids(m)
+		entries[k] = types.SendMessageBatchRequestEntry{Id: aws.String(entryID(k)), MessageBody: aws.String(string(m.Body)),
+			MessageGroupId: group, MessageDeduplicationId: dedup}
 	}
 	out, err := a.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(a.url), Entries: entries})
 	if err != nil {
 		return nil, err
 	}
-	answers := notAcknowledged(len(batch))
-	for _, s := range out.Successful {
-		if k, ok := entryIndex(aws.ToString(s.Id), len(batch)); ok {
-			answers[k] = answer{ok: true}
-		}
-	}
-	for _, f := range out.Failed {
-		if k, ok := entryIndex(aws.ToString(f.Id), len(batch)); ok {
-			answers[k] = answer{code: aws.ToString(f.Code), message: aws.ToString(f.Message)}
-		}
-	}
-	return answers, nil
+	return answersByID(len(batch), out.Successful, func(s types.SendMessageBatchResultEntry) *string { return s.Id },
+		out.Failed, func(f types.BatchResultErrorEntry) (id, code, message *string) { return f.Id, f.Code, f.Message }), nil
 }
 
 // entryID is the batch entry Id of the call's k-th message: the caller's

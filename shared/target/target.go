@@ -131,40 +131,34 @@ func parseARN(s string) (Target, error) {
 	}
 	switch service {
 	case "events":
-		name, ok := strings.CutPrefix(resource, "event-bus/")
-		if !ok {
-			return Target{}, fmt.Errorf("an EventBridge ARN but not an event bus's (want …:event-bus/NAME)")
-		}
-		if !busRE.MatchString(name) {
-			return Target{}, fmt.Errorf("malformed event bus name %q", name)
+		name, err := nameAfter(resource, "event-bus/", busRE, "an EventBridge ARN but not an event bus's", "event bus")
+		if err != nil {
+			return Target{}, err
 		}
 		t.Kind, t.Name = EventBridge, name
 	case "sns":
-		base := strings.TrimSuffix(resource, ".fifo")
-		if !topicRE.MatchString(base) || len(resource) > 256 {
+		isFIFO, ok := fifoName(resource, topicRE, 256)
+		if !ok {
 			// A subscription ARN (topic:id) lands here too.
 			return Target{}, fmt.Errorf("malformed SNS topic name %q", resource)
 		}
-		t.Kind, t.Name, t.FIFO = SNS, resource, base != resource
+		t.Kind, t.Name, t.FIFO = SNS, resource, isFIFO
 	case "sqs":
-		base := strings.TrimSuffix(resource, ".fifo")
-		if !queueRE.MatchString(base) || len(resource) > 80 {
+		isFIFO, ok := fifoName(resource, queueRE, 80)
+		if !ok {
 			return Target{}, fmt.Errorf("malformed SQS queue name %q", resource)
 		}
 		suffix, ok := dnsSuffix[t.Partition]
 		if !ok {
 			return Target{}, fmt.Errorf("no known SQS endpoint in partition %q: give the queue URL instead", t.Partition)
 		}
-		t.Kind, t.Name, t.FIFO = SQS, resource, base != resource
+		t.Kind, t.Name, t.FIFO = SQS, resource, isFIFO
 		t.URL = "https://sqs." + t.Region + "." + suffix + "/" + t.Account + "/" + resource
 	case "kinesis":
-		name, ok := strings.CutPrefix(resource, "stream/")
-		if !ok {
-			return Target{}, fmt.Errorf("a Kinesis ARN but not a stream's (want …:stream/NAME)")
-		}
-		if !streamRE.MatchString(name) {
-			// A stream consumer's ARN (stream/NAME/consumer/…) lands here too.
-			return Target{}, fmt.Errorf("malformed Kinesis stream name %q", name)
+		// A stream consumer's ARN (stream/NAME/consumer/…) fails the name.
+		name, err := nameAfter(resource, "stream/", streamRE, "a Kinesis ARN but not a stream's", "Kinesis stream")
+		if err != nil {
+			return Target{}, err
 		}
 		t.Kind, t.Name = Kinesis, name
 	default:
@@ -223,4 +217,26 @@ func parseQueueURL(s string) (Target, error) {
 		t.ARN = "arn:" + t.Partition + ":sqs:" + region + ":" + account + ":" + name
 	}
 	return t, nil
+}
+
+// nameAfter is the name in an ARN's resource of the type prefix names
+// ("stream/"): notIt says which resource the ARN must be when the prefix
+// is missing, what names the resource when its name fails re.
+func nameAfter(resource, prefix string, re *regexp.Regexp, notIt, what string) (string, error) {
+	name, ok := strings.CutPrefix(resource, prefix)
+	if !ok {
+		return "", fmt.Errorf("%s (want …:%sNAME)", notIt, prefix)
+	}
+	if !re.MatchString(name) {
+		return "", fmt.Errorf("malformed %s name %q", what, name)
+	}
+	return name, nil
+}
+
+// fifoName says whether a topic's or queue's name is FIFO (the .fifo
+// suffix) and whether it is well formed: at most maxLen bytes, re holding
+// of the rest.
+func fifoName(resource string, re *regexp.Regexp, maxLen int) (fifo, ok bool) {
+	base := strings.TrimSuffix(resource, ".fifo")
+	return base != resource, re.MatchString(base) && len(resource) <= maxLen
 }

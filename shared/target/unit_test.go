@@ -157,16 +157,7 @@ func TestPlanKeepsAGroupInOneLaneInOrder(t *testing.T) {
 }
 
 func TestPlanSpreadsUngroupedMessagesEvenly(t *testing.T) {
-	msgs := make([]Message, 30)
-	ok := make([]int, 30)
-	for i := range ok {
-		ok[i] = i
-	}
-	for l, idx := range plan(msgs, ok, 3) {
-		if len(idx) != 10 {
-			t.Errorf("lane %d has %d messages, want 10", l, len(idx))
-		}
-	}
+	wantLaneSizes(t, make([]Message, 30), 3, 10)
 }
 
 func TestPlanPutsTheBiggestGroupsApart(t *testing.T) {
@@ -181,13 +172,20 @@ func TestPlanPutsTheBiggestGroupsApart(t *testing.T) {
 			msgs = append(msgs, Message{Group: g.name})
 		}
 	}
+	wantLaneSizes(t, msgs, 2, 22)
+}
+
+// wantLaneSizes plans every one of msgs on lanes and checks that each
+// lane holds size of them.
+func wantLaneSizes(t *testing.T, msgs []Message, lanes, size int) {
+	t.Helper()
 	ok := make([]int, len(msgs))
 	for i := range ok {
 		ok[i] = i
 	}
-	for l, idx := range plan(msgs, ok, 2) {
-		if len(idx) != 22 {
-			t.Errorf("lane %d has %d messages, want 22", l, len(idx))
+	for l, idx := range plan(msgs, ok, lanes) {
+		if len(idx) != size {
+			t.Errorf("lane %d has %d messages, want %d", l, len(idx), size)
 		}
 	}
 }

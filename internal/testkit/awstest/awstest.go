@@ -7,8 +7,6 @@ package awstest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -50,11 +48,7 @@ func Config(t testing.TB) aws.Config {
 }
 
 // Name is a unique resource name with the prefix.
-func Name(prefix string) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return prefix + "-" + hex.EncodeToString(b)
-}
+func Name(prefix string) string { return sqstest.Name(prefix) }
 
 // SNS is an SNS client on fauxqs.
 func SNS(t testing.TB) *sns.Client { return sns.NewFromConfig(Config(t)) }

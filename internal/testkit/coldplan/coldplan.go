@@ -222,11 +222,16 @@ func Compact(p Plan) string {
 	return b.String()
 }
 
-func compact(b *strings.Builder, n Node) {
+func compact(b *strings.Builder, n Node) { tree(b, n, compact) }
+
+// tree writes n as Compact does, each child as child writes it: a
+// pass-through node (Result, Subquery Scan, CTE Scan) of one child is that
+// child, any other node is its label and its children in brackets.
+func tree(b *strings.Builder, n Node, child func(*strings.Builder, Node)) {
 	switch n.Type {
 	case "Result", "Subquery Scan", "CTE Scan":
 		if len(n.Plans) == 1 {
-			compact(b, n.Plans[0])
+			child(b, n.Plans[0])
 			return
 		}
 	}
@@ -239,7 +244,7 @@ func compact(b *strings.Builder, n Node) {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		compact(b, c)
+		child(b, c)
 	}
 	b.WriteByte(']')
 }
@@ -314,25 +319,7 @@ func shape(b *strings.Builder, n Node, batch []string) {
 			}
 		}
 	}
-	switch n.Type {
-	case "Result", "Subquery Scan", "CTE Scan":
-		if len(n.Plans) == 1 {
-			shape(b, n.Plans[0], batch)
-			return
-		}
-	}
-	b.WriteString(label(n))
-	if len(n.Plans) == 0 {
-		return
-	}
-	b.WriteByte('[')
-	for i, c := range n.Plans {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		shape(b, c, batch)
-	}
-	b.WriteByte(']')
+	tree(b, n, func(b *strings.Builder, c Node) { shape(b, c, batch) })
 }
 
 // otherTables lists the tables n's subtree reads, and says whether it

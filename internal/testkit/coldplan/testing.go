@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
@@ -44,4 +45,16 @@ func Linear(t testing.TB, ctx context.Context, url, what string, batch int, fn f
 		t.Logf("%s: plan %s", what, Compact(p))
 	}
 	return plans
+}
+
+// ColdEvents seeds the events table of schema as Events does and fails t
+// unless the table is left with no planner statistics.
+func ColdEvents(t testing.TB, ctx context.Context, q Querier, schema store.Schema, present, missing int) {
+	t.Helper()
+	if err := Events(ctx, q, schema, present, missing); err != nil {
+		t.Fatal(err)
+	}
+	if err := NeverAnalysed(ctx, q, schema.Table("events")); err != nil {
+		t.Fatal(err)
+	}
 }

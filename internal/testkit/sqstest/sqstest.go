@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -35,9 +36,7 @@ func Client(t testing.TB) *sqs.Client {
 // (FifoQueue "true") gets the .fifo suffix SQS requires of its name.
 func NewQueue(t testing.TB, c *sqs.Client, prefix string, attrs map[string]string) string {
 	t.Helper()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := prefix + "-" + hex.EncodeToString(b)
+	name := Name(prefix)
 	if attrs["FifoQueue"] == "true" {
 		name += ".fifo"
 	}
@@ -48,6 +47,42 @@ func NewQueue(t testing.TB, c *sqs.Client, prefix string, attrs map[string]strin
 	url := aws.ToString(out.QueueUrl)
 	t.Cleanup(func() { _, _ = c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}) })
 	return url
+}
+
+// Name is a unique resource name with the prefix: tests running at once,
+// in one process or several, never share a queue.
+func Name(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// Redriven is a source queue whose redrive policy moves a message to a
+// queue of its own after MaxReceiveCount receives.
+type Redriven struct {
+	URL, ARN string
+	// Redrive is the URL of the queue the policy moves messages to.
+	Redrive string
+}
+
+// NewRedrivenQueue creates a redrive target and a source queue with attrs
+// and a redrive policy to it after maxReceiveCount receives, both deleted
+// after the test. The queues' names start with prefix.
+func NewRedrivenQueue(t testing.TB, c *sqs.Client, prefix string, maxReceiveCount int, attrs map[string]string) Redriven {
+	t.Helper()
+	var q Redriven
+	q.Redrive = NewQueue(t, c, prefix+"-redrive", nil)
+	policy, err := json.Marshal(map[string]any{"deadLetterTargetArn": QueueARN(t, c, q.Redrive), "maxReceiveCount": maxReceiveCount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := map[string]string{"RedrivePolicy": string(policy)}
+	for k, v := range attrs {
+		all[k] = v
+	}
+	q.URL = NewQueue(t, c, prefix+"-src", all)
+	q.ARN = QueueARN(t, c, q.URL)
+	return q
 }
 
 // QueueARN returns the ARN of a queue (for redrive policies).

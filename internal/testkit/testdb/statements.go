@@ -71,3 +71,18 @@ func (NopDB) QueryRow(context.Context, string, ...any) pgx.Row { panic("testdb.N
 func (NopDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
 	panic("testdb.NopDB: not queried")
 }
+
+// Hold runs sql in a transaction on a connection of its own and keeps the
+// transaction open until the test ends: a session holding a lock or an
+// xid that the code under test must meet.
+func (d *DB) Hold(t testing.TB, sql string) {
+	t.Helper()
+	tx, err := d.Connect(t).Begin(context.Background())
+	if err != nil {
+		t.Fatalf("testdb: hold: %v", err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck
+	if _, err := tx.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}

@@ -131,10 +131,7 @@ func create(t testing.TB, adminURL, from string, mayPool bool) *DB {
 		pool.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = withAdmin(ctx, adminURL, func(conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
-			return err
-		})
+		_ = Drop(ctx, adminURL, name)
 	})
 	return &DB{Name: name, URL: dbURL, DirectURL: directURL, Pool: pool, Schema: store.MustSchema(Schema)}
 }
@@ -246,6 +243,15 @@ func createFrom(ctx context.Context, conn *pgx.Conn, name, template string) erro
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Drop drops the database name through the server's adminURL, whoever is
+// still connected to it; a database that does not exist is no error.
+func Drop(ctx context.Context, adminURL, name string) error {
+	return withAdmin(ctx, adminURL, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
+		return err
+	})
 }
 
 func withAdmin(ctx context.Context, adminURL string, fn func(*pgx.Conn) error) error {

@@ -9,11 +9,13 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/repo"
 )
@@ -122,4 +124,13 @@ func parseFile(path string) map[string]string {
 		vars[k] = v
 	}
 	return vars
+}
+
+// Context is the test's context bounded by d: what a test that talks to
+// the stack waits on, so a hung statement or invocation fails it in time
+// rather than at go test's -timeout. It is cancelled when the test ends.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
