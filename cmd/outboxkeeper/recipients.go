@@ -107,10 +107,7 @@ var recipientsList = &command{
 			return err
 		}
 		if f.json {
-			if rows == nil {
-				rows = []recipients.Recipient{}
-			}
-			return printJSON(e.stdout, rows)
+			return printJSON(e.stdout, listed(rows))
 		}
 		if len(rows) == 0 {
 			_, err := fmt.Fprintln(e.stdout, "no recipients")
