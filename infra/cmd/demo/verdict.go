@@ -24,14 +24,14 @@ type outcome struct {
 	lostAcks     int64
 	// ackedIDs are the acked deliveries; delivered what the recipients
 	// received.
-	ackedIDs  []int64
-	delivered deliveryView
-	errCount     int
-	errs         []string
-	invokeErrs   map[string]int
-	invocations  map[string]int
-	queueDepth   int
-	dlqDepth     int
+	ackedIDs    []int64
+	delivered   deliveryView
+	errCount    int
+	errs        []string
+	invokeErrs  map[string]int
+	invocations map[string]int
+	queueDepth  int
+	dlqDepth    int
 }
 
 func (o outcome) checks() []local.Check {
