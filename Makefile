@@ -105,7 +105,7 @@ test-go:
 # more, with the code under test reaching PostgreSQL through PgBouncer in
 # transaction mode (the local stand-in for RDS Proxy), as it must work with
 # no setting of its own.
-PGBOUNCER_PACKAGES := ./shared/fill ./shared/sweep ./shared/compensate ./shared/prune ./shared/relay ./shared/outbox ./functions/...
+PGBOUNCER_PACKAGES := ./shared/fill ./shared/sweep ./shared/compensate ./shared/prune ./shared/relay ./shared/deliver ./shared/outbox ./functions/...
 test-pgbouncer:
 	$(NEED) gcc
 	$(WITH_STACK) OUTBOXKEEPER_TEST_VIA=pgbouncer $(GO) test -race -count=1 -p 1 -timeout 10m $(PGBOUNCER_PACKAGES)

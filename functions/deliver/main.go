@@ -7,23 +7,13 @@
 package main
 
 import (
-	"context"
-
-	"github.com/aws/aws-lambda-go/lambda"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/boot"
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	"github.com/outboxkeeper/outboxkeeper/shared/deliver"
 )
 
 func main() {
-	init := boot.Start("deliver")
-	cfg := boot.Config[deliver.Config](init)
-	awsCfg, err := awsenv.Load(context.Background())
-	init.Must(err, "load the AWS configuration")
-	pool := init.Database(pg.Options{})
-	svc, err := deliver.New(pool, cfg, deliver.Options{AWS: awsCfg, Options: init.PassOptions()})
-	init.Must(err, "build deliver service")
-	lambda.Start(svc.Handle)
+	boot.Serve("deliver", func(in *boot.Init, cfg deliver.Config) (boot.Service, error) {
+		return deliver.New(in.Database(pg.Options{}), cfg, deliver.Options{AWS: in.AWS(), Options: in.PassOptions()})
+	})
 }
