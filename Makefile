@@ -19,7 +19,7 @@ NEED := bash infra/stack/need.sh
 STACK_ENV := .local/stack.env
 WITH_STACK = set -a; source $(STACK_ENV); set +a;
 
-.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction build-PruneFunction build-RelayFunction build-MigrateFunction
+.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction build-PruneFunction build-RelayFunction build-DeliverFunction build-MigrateFunction
 build-FillFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/fill
 build-SweepFunction:
@@ -30,6 +30,8 @@ build-PruneFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/prune
 build-RelayFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/relay
+build-DeliverFunction:
+	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/deliver
 build-MigrateFunction:
 	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/migrate
 
@@ -103,7 +105,7 @@ test-go:
 # more, with the code under test reaching PostgreSQL through PgBouncer in
 # transaction mode (the local stand-in for RDS Proxy), as it must work with
 # no setting of its own.
-PGBOUNCER_PACKAGES := ./shared/fill ./shared/sweep ./shared/compensate ./shared/prune ./shared/relay ./shared/outbox ./functions/...
+PGBOUNCER_PACKAGES := ./shared/fill ./shared/sweep ./shared/compensate ./shared/prune ./shared/relay ./shared/deliver ./shared/outbox ./functions/...
 test-pgbouncer:
 	$(NEED) gcc
 	$(WITH_STACK) OUTBOXKEEPER_TEST_VIA=pgbouncer $(GO) test -race -count=1 -p 1 -timeout 10m $(PGBOUNCER_PACKAGES)

@@ -193,6 +193,29 @@ func TestExamplePublishesReportsAndConsumes(t *testing.T) {
 			if err := db.Pool.QueryRow(ctx, `SELECT position FROM outbox.consumers WHERE name = 'ledger'`).Scan(&position); err != nil || position != 6 {
 				t.Errorf("ledger's position = %d, %v; want 6", position, err)
 			}
+
+			// enqueue(): an event and a delivery in one transaction, as
+			// the writer role.
+			var enq struct {
+				Sequence int64 `json:"sequence"`
+				Delivery int64 `json:"delivery"`
+			}
+			if out := run("enqueue", "--recipient", "crm", "--kind", "invoice.paid", "--tenant", "t-"+lang.name); json.Unmarshal(out, &enq) != nil {
+				t.Fatalf("enqueue printed %s", out)
+			}
+			var recipient, kind, tenant, state string
+			var payload []byte
+			if err := db.Pool.QueryRow(ctx, `SELECT recipient, kind, tenant_id, state, payload FROM outbox.deliveries WHERE id = $1`, enq.Delivery).
+				Scan(&recipient, &kind, &tenant, &state, &payload); err != nil {
+				t.Fatalf("the enqueued delivery %d: %v", enq.Delivery, err)
+			}
+			if recipient != "crm" || kind != "invoice.paid" || tenant != "t-"+lang.name || state != "pending" {
+				t.Errorf("the delivery is %s/%s/%s/%s, want crm/invoice.paid/t-%s/pending", recipient, kind, tenant, state, lang.name)
+			}
+			var doc struct{ ID, Sequence int64 }
+			if err := json.Unmarshal(payload, &doc); err != nil || doc.Sequence != enq.Sequence {
+				t.Errorf("the delivery's payload %s, want the event's sequence %d", payload, enq.Sequence)
+			}
 		})
 	}
 }

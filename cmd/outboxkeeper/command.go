@@ -162,7 +162,7 @@ var root = &command{
 	name: "outboxkeeper",
 	help: `Operate a PostgreSQL outbox that outboxkeeper maintains, from a shell:
 the same login as the functions, the same words as the README.`,
-	sub: []*command{statusCommand, deadCommand, dlqCommand, skipStallCommand, relayCommand, consumersCommand, migrateCommand, adoptCommand, versionCommand},
+	sub: []*command{statusCommand, deadCommand, dlqCommand, skipStallCommand, relayCommand, consumersCommand, recipientsCommand, migrateCommand, adoptCommand, versionCommand},
 }
 
 // loginHelp closes every help page: how any command logs in.

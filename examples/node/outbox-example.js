@@ -59,6 +59,21 @@ export async function publish(client, schema, topic, payload, headers = null) {
 
 // currentXid is the transaction's xid as the decimal string a report
 // carries: call it inside the transaction, after publish.
+// enqueue adds a delivery to recipient in the client's current
+// transaction and returns its id: <schema>.enqueue(recipient, kind,
+// payload, tenant), which the deliver function pushes to the recipient's
+// target once the transaction commits. The payload is bytes: here, the
+// JSON document's UTF-8.
+export async function enqueue(client, schema, recipient, kind, payload, tenant = null) {
+  const res = await client.query(`SELECT ${quoteSchema(schema)}.enqueue($1, $2, $3, $4) AS id`, [
+    recipient,
+    kind,
+    Buffer.from(JSON.stringify(payload), "utf8"),
+    tenant,
+  ]);
+  return Number(res.rows[0].id);
+}
+
 export async function currentXid(client) {
   const { rows } = await client.query("SELECT pg_current_xact_id()::text AS xid");
   return rows[0].xid;
@@ -173,6 +188,9 @@ async function main() {
       until: { type: "string" },
       batch: { type: "string", default: "2" },
       timeout: { type: "string", default: "30" },
+      recipient: { type: "string" },
+      kind: { type: "string" },
+      tenant: { type: "string" },
     },
   });
   const schema = process.env.OUTBOX_SCHEMA || "outbox";
@@ -200,6 +218,17 @@ async function main() {
       }
       committed.push(...(await inTransaction(client, schema, reporter, orders(1, 200))));
       console.log(JSON.stringify({ committed, rolled_back: rolledBack, xid }));
+    } else if (positionals[0] === "enqueue") {
+      await client.query("BEGIN");
+      try {
+        const seq = await publish(client, schema, values.kind, { id: 7 });
+        const delivery = await enqueue(client, schema, values.recipient, values.kind, { id: 7, sequence: seq }, values.tenant ?? null);
+        await client.query("COMMIT");
+        console.log(JSON.stringify({ sequence: seq, delivery }));
+      } catch (err) {
+        await client.query("ROLLBACK");
+        throw err;
+      }
     } else if (positionals[0] === "consume") {
       const until = Number(values.until);
       const listen = new pg.Client({ connectionString: process.env.DATABASE_URL });

@@ -60,6 +60,19 @@ def publish(conn, schema, topic, payload, headers=None):
     return row[0]
 
 
+def enqueue(conn, schema, recipient, kind, payload, tenant=None):
+    """Enqueue a delivery to ``recipient`` in the connection's current
+    transaction and return its id: ``<schema>.enqueue(recipient, kind,
+    payload, tenant)``, which the deliver function pushes to the
+    recipient's target once the transaction commits. The payload is bytes;
+    here, the JSON document's UTF-8."""
+    row = conn.execute(
+        schema_sql("SELECT {schema}.enqueue(%s, %s, %s, %s)", schema),
+        (recipient, kind, json.dumps(payload).encode(), tenant),
+    ).fetchone()
+    return row[0]
+
+
 def current_xid(conn):
     """The transaction's xid as the decimal string a report carries. Call it
     inside the transaction, after publish (publish has assigned it)."""
@@ -159,6 +172,10 @@ def main(argv=None):
     p = sub.add_parser("publish", help="commit some orders, roll one transaction back and report it, commit one more")
     p.add_argument("--committed", type=int, default=3)
     p.add_argument("--rolled-back", type=int, default=2)
+    e = sub.add_parser("enqueue", help="publish an event and enqueue a delivery to a recipient in one transaction")
+    e.add_argument("--recipient", required=True)
+    e.add_argument("--kind", required=True)
+    e.add_argument("--tenant")
     c = sub.add_parser("consume", help="consume to a position and print the events as JSON lines")
     c.add_argument("--name", required=True)
     c.add_argument("--until", type=int, required=True)
@@ -193,6 +210,11 @@ def main(argv=None):
                 pass
             committed += in_transaction(conn, schema, reporter, orders(1, 200))
             print(json.dumps({"committed": committed, "rolled_back": rolled_back, "xid": xid}))
+        elif args.command == "enqueue":
+            with conn.transaction():
+                seq = publish(conn, schema, args.kind, {"id": 7})
+                delivery = enqueue(conn, schema, args.recipient, args.kind, {"id": 7, "sequence": seq}, args.tenant)
+            print(json.dumps({"sequence": seq, "delivery": delivery}))
         else:
 
             def show(rows):

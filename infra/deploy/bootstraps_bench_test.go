@@ -29,6 +29,7 @@ var functions = []struct{ name, target string }{
 	{"sweep", "build-SweepFunction"},
 	{"compensate", "build-CompensateFunction"},
 	{"prune", "build-PruneFunction"},
+	{"deliver", "build-DeliverFunction"},
 	{"migrate", "build-MigrateFunction"},
 }
 

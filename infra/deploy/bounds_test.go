@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
+	"github.com/outboxkeeper/outboxkeeper/shared/deliver"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
@@ -23,7 +24,7 @@ import (
 // configs are every function's Config, by the name config.Variables uses.
 var configs = map[string]interface{ Bounds() []pass.Bound }{
 	"fill": fill.Config{}, "sweep": sweep.Config{}, "compensate": compensate.Config{},
-	"prune": prune.Config{}, "migrate": migrateresource.Config{},
+	"prune": prune.Config{}, "deliver": deliver.Config{}, "migrate": migrateresource.Config{},
 }
 
 // offNote is how a description says what 0 means: "0s - forever".

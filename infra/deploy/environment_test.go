@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/deliver"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
@@ -147,6 +148,8 @@ func load(short string, env map[string]string) (any, error) {
 		return config.Load[compensate.Config](lookup)
 	case "prune":
 		return config.Load[prune.Config](lookup)
+	case "deliver":
+		return config.Load[deliver.Config](lookup)
 	case "migrate":
 		return config.Load[migrateresource.Config](lookup)
 	}

@@ -72,8 +72,9 @@ func checkMigrations(tpl *template) []string {
 
 // checkRoles: each function's role has its own log group and nothing else
 // of the kind, the database login policy, ENI management only in a VPC,
-// and no managed policy beyond those. (SQS actions are checked against the
-// code by checkSQSPermissions.)
+// the deliver function's pushes on DeliverTargets only, and no managed
+// policy beyond those. (SQS actions are checked against the code by
+// checkSQSPermissions.)
 func checkRoles(tpl *template) []string {
 	var problems []string
 	wantManaged := []any{
@@ -112,6 +113,12 @@ func checkRoles(tpl *template) []string {
 							problems = append(problems, fmt.Sprintf("%s: %s on %v, want its own log group %s only", role, name, get(st, "Resource"), logGroup))
 						}
 					case strings.HasPrefix(name, "sqs:"):
+					case (name == "sns:Publish" || name == "events:PutEvents") && role == "DeliverRole":
+						// The recipients' targets: the DeliverTargets ARNs only.
+						if r, _ := get(st, "Resource", "Fn::If").([]any); len(r) != 3 || r[0] != "HasDeliverTargets" ||
+							!reflect.DeepEqual(r[1], map[string]any{"Ref": "DeliverTargets"}) {
+							problems = append(problems, fmt.Sprintf("%s: %s on %v, want the DeliverTargets only", role, name, get(st, "Resource")))
+						}
 					default:
 						problems = append(problems, fmt.Sprintf("%s: allows %s, which no function needs", role, name))
 					}

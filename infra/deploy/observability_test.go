@@ -43,7 +43,7 @@ type emitted struct {
 func codeMetrics(t *testing.T) emitted {
 	t.Helper()
 	e := emitted{names: map[string][]string{}}
-	for _, fn := range []string{"fill", "sweep", "compensate", "prune"} {
+	for _, fn := range []string{"fill", "sweep", "compensate", "prune", "deliver"} {
 		seen := map[string]bool{}
 		for _, file := range moduleFiles(t, "../../functions/"+fn) {
 			for _, name := range metricNames(t, file) {
@@ -283,6 +283,13 @@ var dashboardMust = []struct{ namespace, name, dimension, value string }{
 	{"AWS/Lambda", "Errors", "FunctionName", "PruneFunction"},
 	{"AWS/Lambda", "Throttles", "FunctionName", "FillFunction"},
 	{"AWS/Lambda", "Throttles", "FunctionName", "CompensateFunction"},
+	{"Outboxkeeper", "Delivered", "Function", "deliver"},
+	{"Outboxkeeper", "PushFailed", "Function", "deliver"},
+	{"Outboxkeeper", "DeadUnknownRecipient", "Function", "deliver"},
+	{"Outboxkeeper", "DeadRecipientDisabled", "Function", "deliver"},
+	{"Outboxkeeper", "DeadGone", "Function", "deliver"},
+	{"Outboxkeeper", "DeliverOldestPendingAge", "Function", "deliver"},
+	{"AWS/Lambda", "Errors", "FunctionName", "DeliverFunction"},
 }
 
 // checkDashboard: every custom metric of every widget is one the code
@@ -354,7 +361,7 @@ func checkAlarms(tpl *template, e emitted) []string {
 			silent[dims[metrics.DimensionFunction]] = true
 		}
 	}
-	for _, fn := range []string{"fill", "sweep", "prune"} {
+	for _, fn := range []string{"fill", "sweep", "prune", "deliver"} {
 		if !silent[fn] {
 			problems = append(problems, fmt.Sprintf("no alarm fires when the %s function stops running (an alarm on one of its per-pass metrics, LessThanThreshold, TreatMissingData breaching)", fn))
 		}

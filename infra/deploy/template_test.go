@@ -395,8 +395,9 @@ func checkQueueConsumers(tpl *template) []string {
 	return problems
 }
 
-// checkScheduled: a scheduled pass runs one at a time, except the fill,
-// whose watching passes overlap for the moment of the hand-over.
+// checkScheduled: a scheduled pass runs one at a time, except the fill's
+// and deliver's, whose watching passes overlap for the moment of the
+// hand-over.
 func checkScheduled(tpl *template) []string {
 	var problems []string
 	scheduled := 0
@@ -406,7 +407,7 @@ func checkScheduled(tpl *template) []string {
 		}
 		scheduled++
 		want := 1
-		if fn == "FillFunction" {
+		if fn == "FillFunction" || fn == "DeliverFunction" {
 			want = 2
 		}
 		if n, _ := number(tpl.property(fn, "ReservedConcurrentExecutions")); n != want {
@@ -516,7 +517,7 @@ func TestTemplatePassesEveryCheck(t *testing.T) {
 	tpl := loadTemplate(t, read(t, templatePath))
 	makefile := read(t, makefilePath)
 	c := readCode(t, tpl)
-	if got, want := tpl.functions(), []string{"CompensateFunction", "FillFunction", "MigrateFunction", "PruneFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
+	if got, want := tpl.functions(), []string{"CompensateFunction", "DeliverFunction", "FillFunction", "MigrateFunction", "PruneFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("functions = %v, want %v", got, want)
 	}
 	for name, problems := range map[string][]string{

@@ -63,16 +63,16 @@ const DefaultSchema = store.DefaultSchema
 type Variable struct {
 	Name string
 	// UsedBy lists the functions that read it: "fill", "sweep",
-	// "compensate", "prune", "relay", "migrate".
+	// "compensate", "prune", "relay", "deliver", "migrate".
 	UsedBy []string
 }
 
 // all is every function: each logs in, and migrate applies the schema.
-var all = []string{"fill", "sweep", "compensate", "prune", "relay", "migrate"}
+var all = []string{"fill", "sweep", "compensate", "prune", "relay", "deliver", "migrate"}
 
 // emitters are the functions that write metrics, each with the Stack
 // dimension (LoadStack); migrate writes none.
-var emitters = []string{"fill", "sweep", "compensate", "prune", "relay"}
+var emitters = []string{"fill", "sweep", "compensate", "prune", "relay", "deliver"}
 
 // Variables lists every variable read here, for the template tests and docs.
 func Variables() []Variable {
@@ -123,6 +123,16 @@ func Variables() []Variable {
 		{"RELAY_PASS_BUDGET", []string{"relay"}},
 		{"RELAY_WATCH", []string{"relay"}},
 		{"RELAY_START", []string{"relay"}},
+		{"DELIVER_TICK", []string{"deliver"}},
+		{"DELIVER_BATCH_LIMIT", []string{"deliver"}},
+		{"DELIVER_CONCURRENCY", []string{"deliver"}},
+		{"DELIVER_WEBHOOK_TIMEOUT", []string{"deliver"}},
+		{"DELIVER_WEBHOOK_HOSTS", []string{"deliver"}},
+		{"DELIVER_SIGNING_SECRET_ARN", []string{"deliver"}},
+		{"DELIVER_CA_BUNDLE", []string{"deliver"}},
+		{"DELIVER_ALLOW_LOOPBACK", []string{"deliver"}},
+		{"DELIVER_PASS_BUDGET", []string{"deliver"}},
+		{"DELIVER_WATCH", []string{"deliver"}},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
 	compensatepkg "github.com/outboxkeeper/outboxkeeper/shared/compensate"
+	deliverpkg "github.com/outboxkeeper/outboxkeeper/shared/deliver"
 	fillpkg "github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migratepkg "github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
@@ -74,6 +75,7 @@ func TestEveryVariable(t *testing.T) {
 		pr   prunepkg.Config
 		rl   relaypkg.Config
 		mg   migratepkg.Config
+		dl   deliverpkg.Config
 		// stack is LoadStack's.
 		stack string
 	}
@@ -101,6 +103,13 @@ func TestEveryVariable(t *testing.T) {
 		})
 		errs = append(errs, err)
 		l.mg, err = Load[migratepkg.Config](env)
+		// DELIVER_WEBHOOK_HOSTS needs a signing key: one unless the case sets it.
+		l.dl, err = Load[deliverpkg.Config](func(name string) (string, bool) {
+			if v, ok := env(name); ok || name != "DELIVER_SIGNING_SECRET_ARN" {
+				return v, ok
+			}
+			return "arn:aws:secretsmanager:eu-west-1:1:secret:sign", true
+		})
 		errs = append(errs, err)
 		l.stack, err = LoadStack(env)
 		errs = append(errs, err)
@@ -167,6 +176,16 @@ func TestEveryVariable(t *testing.T) {
 			}, []string{"maint"}},
 		{"MAINTAINER_IAM_USER", "outbox_maintainer", func(l loaded) bool { return l.mg.MaintainerIAMUser == "outbox_maintainer" }, []string{"a;drop", "1abc"}},
 		{"RELAY_START", "latest", func(l loaded) bool { return l.rl.Start == relaypkg.StartLatest }, []string{"newest"}},
+		{"DELIVER_TICK", "50ms", func(l loaded) bool { return l.dl.Tick == 50*time.Millisecond }, []string{"1ms", "2m", "0s"}},
+		{"DELIVER_BATCH_LIMIT", "1000", func(l loaded) bool { return l.dl.BatchLimit == 1000 }, []string{"0", "1001"}},
+		{"DELIVER_CONCURRENCY", "32", func(l loaded) bool { return l.dl.Concurrency == 32 }, []string{"0", "257"}},
+		{"DELIVER_WEBHOOK_TIMEOUT", "3s", func(l loaded) bool { return l.dl.WebhookTimeout == 3*time.Second }, []string{"0s", "1ms", "6m"}},
+		{"DELIVER_WEBHOOK_HOSTS", "*.example.com", func(l loaded) bool { return l.dl.WebhookHosts == "*.example.com" }, []string{"https://x"}},
+		{"DELIVER_SIGNING_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:1:secret:sign", func(l loaded) bool { return l.dl.SigningSecretARN != "" }, nil},
+		{"DELIVER_CA_BUNDLE", "", func(l loaded) bool { return l.dl.CABundle == "" }, []string{"/nonexistent/ca.pem"}},
+		{"DELIVER_ALLOW_LOOPBACK", "true", func(l loaded) bool { return l.dl.AllowLoopback }, []string{"sometimes"}},
+		{"DELIVER_PASS_BUDGET", "30s", func(l loaded) bool { return l.dl.PassBudget == 30*time.Second }, []string{"0s", "16m"}},
+		{"DELIVER_WATCH", "false", func(l loaded) bool { return l.dl.Bounded }, []string{"sometimes"}},
 	}
 	listed := map[string]bool{}
 	for _, v := range Variables() {
@@ -299,7 +318,7 @@ func TestDatabaseSourceRules(t *testing.T) {
 func TestVariablesAreThePassConfigsTags(t *testing.T) {
 	tagged := map[string][]string{}
 	for fn, cfg := range map[string]any{"fill": fillpkg.Config{}, "sweep": sweeppkg.Config{}, "compensate": compensatepkg.Config{},
-		"prune": prunepkg.Config{}, "relay": relaypkg.Config{}, "migrate": migratepkg.Config{}} {
+		"prune": prunepkg.Config{}, "relay": relaypkg.Config{}, "deliver": deliverpkg.Config{}, "migrate": migratepkg.Config{}} {
 		typ := reflect.TypeOf(cfg)
 		for i := range typ.NumField() {
 			if tag, ok := typ.Field(i).Tag.Lookup("env"); ok {

@@ -24,7 +24,7 @@ type ledger struct {
 	held []local.Interval
 
 	committedN, reportedN, unreportedN atomic.Int64
-	// lostAcks counts deliveries the relay pushed but never acked (or whose
+	// lostAcks counts deliveries pushed whose answer the webhook dropped (or whose
 	// ack lost a race): each must come back exactly once through the sweep.
 	lostAcks atomic.Int64
 	enqueued atomic.Int64

@@ -1,7 +1,8 @@
 // Command demo is `make demo`: it runs outboxkeeper end to end on this
 // machine — the three functions' real bootstraps under aws-lambda-rie,
 // driven as EventBridge and the SQS event source mapping would drive them —
-// under a workload of publishers, a relay and a consumer, then judges the
+// under a workload of publishers, the deliver function pushing to a queue
+// and a webhook served here, and a consumer, then judges the
 // result and exits non-zero when any check fails.
 //
 // Environment (besides .local/stack.env):

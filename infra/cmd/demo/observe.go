@@ -86,3 +86,12 @@ func (o *observer) missing(ctx context.Context, head int64) (int64, error) {
 	}
 	return head - present, nil
 }
+
+// ackedIDs are the acked deliveries' ids.
+func (o *observer) ackedIDs(ctx context.Context) ([]int64, error) {
+	rows, err := o.q.Query(ctx, `SELECT id FROM `+o.deliv+` WHERE state = 'acked' ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("acked deliveries: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}

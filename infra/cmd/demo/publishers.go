@@ -93,7 +93,12 @@ func (w *writer) commit(ctx context.Context) {
 
 func (w *writer) enqueue(ctx context.Context, tx *outbox.Tx, seqs []int64) error {
 	body, _ := json.Marshal(map[string]any{"sequences": seqs})
-	_, err := w.ob.Enqueue(ctx, tx.Tx, outbox.NewDelivery{Recipient: "webhook", Kind: "order.created", Payload: body})
+	// Half to the webhook, half to the queue (deliver.go).
+	recipient := recipientWebhook
+	if seqs[0]%2 == 0 {
+		recipient = recipientQueue
+	}
+	_, err := w.ob.Enqueue(ctx, tx.Tx, outbox.NewDelivery{Recipient: recipient, Kind: "order.created", Payload: body})
 	return err
 }
 

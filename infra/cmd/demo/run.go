@@ -133,9 +133,14 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	bg.Go(func() { stack.Run(bgCtx) })
 	cons := newConsumer(ob, l)
 	bg.Go(func() { cons.run(bgCtx) })
-	rel := &relay{ob: ob, pool: pool, l: l, rng: rand.New(rand.NewPCG(7, 7))}
-	rel.lossPct.Store(10)
-	bg.Go(func() { rel.run(bgCtx) })
+	rel, err := startDeliverer(ctx, root, cfg.WorkDir, stack, pool, l)
+	if err != nil {
+		return false, err
+	}
+	defer rel.close()
+	fmt.Fprintf(out, "  deliver    %d instances, recipients %s (an HTTPS webhook here) and %s (%s)\n\n",
+		len(rel.fns), recipientWebhook, recipientQueue, rel.queueURL)
+	bg.Go(func() { rel.run(bgCtx, stack.FillEvery(), stack.Observe) })
 
 	stop := make(chan struct{})
 	var writers sync.WaitGroup
@@ -193,6 +198,7 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	bg.Wait()
 
 	o, err := gather(context.WithoutCancel(ctx), l, cons, rel, obs, ob, stack, invlog)
+	o.delivered = rel.view()
 	if err != nil {
 		return false, err
 	}
@@ -269,7 +275,7 @@ func statusLine(ctx context.Context, phase string, elapsed time.Duration, l *led
 }
 
 // gather reads everything the verdict needs once the run has stopped.
-func gather(ctx context.Context, l *ledger, c *consumer, rel *relay, obs *observer, ob *outbox.Outbox, stack *local.Stack, invlog *invocationLog) (outcome, error) {
+func gather(ctx context.Context, l *ledger, c *consumer, rel *deliverer, obs *observer, ob *outbox.Outbox, stack *local.Stack, invlog *invocationLog) (outcome, error) {
 	var o outcome
 	var err error
 	o.committed, o.abandoned, o.held, o.errCount, o.errs = l.snapshot()
@@ -284,6 +290,9 @@ func gather(ctx context.Context, l *ledger, c *consumer, rel *relay, obs *observ
 		return o, err
 	}
 	if o.deliveries, err = obs.deliveries(ctx); err != nil {
+		return o, err
+	}
+	if o.ackedIDs, err = obs.ackedIDs(ctx); err != nil {
 		return o, err
 	}
 	o.enqueued, o.lostAcks = l.enqueued.Load(), l.lostAcks.Load()

@@ -22,12 +22,16 @@ type outcome struct {
 	deliveries   deliveryCounts
 	enqueued     int64
 	lostAcks     int64
-	errCount     int
-	errs         []string
-	invokeErrs   map[string]int
-	invocations  map[string]int
-	queueDepth   int
-	dlqDepth     int
+	// ackedIDs are the acked deliveries; delivered what the recipients
+	// received.
+	ackedIDs    []int64
+	delivered   deliveryView
+	errCount    int
+	errs        []string
+	invokeErrs  map[string]int
+	invocations map[string]int
+	queueDepth  int
+	dlqDepth    int
 }
 
 func (o outcome) checks() []local.Check {
@@ -92,6 +96,19 @@ func (o outcome) checks() []local.Check {
 	// once (or kills it at the redelivery limit).
 	add("every lost ack swept back once", o.lostAcks == o.deliveries.Reset+o.deliveries.Dead,
 		"%d acks lost, %d resets + %d dead", o.lostAcks, o.deliveries.Reset, o.deliveries.Dead)
+
+	// Every acked delivery reached its recipient (the webhook or the
+	// queue), and every webhook request carried a valid signature.
+	unseen := 0
+	for _, id := range o.ackedIDs {
+		if o.delivered.seen[id] == 0 {
+			unseen++
+		}
+	}
+	add("every delivery reached its recipient", unseen == 0 && len(o.ackedIDs) == int(o.deliveries.Acked),
+		"%d acked, %d of them never seen by the webhook or the queue; %d distinct ids arrived", len(o.ackedIDs), unseen, len(o.delivered.seen))
+	add("every webhook request signed", o.delivered.badSignatures == 0,
+		"%d requests did not verify with the signing key", o.delivered.badSignatures)
 
 	add("report queues drained", o.queueDepth == 0 && o.dlqDepth == 0,
 		"%d left in the queue, %d dead-lettered", o.queueDepth, o.dlqDepth)

@@ -25,6 +25,7 @@ func healthy() outcome {
 			Seen: map[int64]int{1: 1, 2: 1, 3: 1, 4: 1}},
 		deliveries: deliveryCounts{Total: 1, Acked: 1, Reset: 1},
 		enqueued:   1, lostAcks: 1,
+		ackedIDs: []int64{1}, delivered: deliveryView{seen: map[int64]int{1: 2}},
 		invocations: map[string]int{"fill": 1}, invokeErrs: map[string]int{},
 	}
 }
@@ -53,11 +54,13 @@ func TestVerdictFailsEachBreakageByTheCheckThatNamesIt(t *testing.T) {
 		"unreported rollbacks filled in time": func(o *outcome) {
 			o.placeholders[6] = placeholder{FilledBy: "fill", RecordedAt: o.abandoned[6].at.Add(4 * time.Second)}
 		},
-		"deliveries settled":             func(o *outcome) { o.deliveries.Open = 1 },
-		"every lost ack swept back once": func(o *outcome) { o.deliveries.Reset = 2 },
-		"report queues drained":          func(o *outcome) { o.dlqDepth = 1 },
-		"function invocations succeeded": func(o *outcome) { o.invokeErrs["fill"] = 1 },
-		"workload errors":                func(o *outcome) { o.errCount = 1 },
+		"deliveries settled":                   func(o *outcome) { o.deliveries.Open = 1 },
+		"every lost ack swept back once":       func(o *outcome) { o.deliveries.Reset = 2 },
+		"every delivery reached its recipient": func(o *outcome) { o.delivered.seen = map[int64]int{} },
+		"every webhook request signed":         func(o *outcome) { o.delivered.badSignatures = 1 },
+		"report queues drained":                func(o *outcome) { o.dlqDepth = 1 },
+		"function invocations succeeded":       func(o *outcome) { o.invokeErrs["fill"] = 1 },
+		"workload errors":                      func(o *outcome) { o.errCount = 1 },
 	}
 	for want, breakIt := range cases {
 		o := healthy()

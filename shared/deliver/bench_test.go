@@ -1,0 +1,156 @@
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
+)
+
+const benchConcurrency = 8
+
+// benchBatch is the largest DELIVER_BATCH_LIMIT: the setting for a
+// stack whose recipients are queues, topics and buses (at the default
+// 100, each batch's ten calls over eight lanes wait for their slowest, and
+// the pass reaches about 0.4 of the bare loop here).
+const benchBatch = MaxBatch
+
+func benchService(b *testing.B, db *testdb.DB, cfg Config) *Service {
+	b.Helper()
+	cfg.Schema = testdb.Schema
+	s, err := New(db.Pool, cfg, Options{AWS: awsConfig(b), Options: pass.Options{
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "deliver", Out: io.Discard}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkDeliverThroughput: a backlog of pending deliveries to one
+// standard SQS queue on fauxqs, pushed by one bounded pass
+// (DELIVER_CONCURRENCY=8, DELIVER_BATCH_LIMIT=1000), side by side with the bare
+// SendMessageBatch loop sending the same messages, pre-built in calls of
+// ten, with the same client and concurrency and no database. It reports
+// each arm's messages per second and deliver/bare (the target: at least
+// 0.6).
+func BenchmarkDeliverThroughput(b *testing.B) {
+	n := benchkit.Size(10_000, 500)
+	db := testdb.New(b)
+	ctx := context.Background()
+	client := sqs.NewFromConfig(awsConfig(b))
+
+	// The bare loop's batches: the envelopes deliver builds.
+	var batches [][]types.SendMessageBatchRequestEntry
+	for i := range n {
+		if i%10 == 0 {
+			batches = append(batches, nil)
+		}
+		tenant := fmt.Sprintf("t-%d", i%97)
+		body := Envelope(delivery{ID: int64(i + 1), Recipient: "bench", Kind: "order.created", TenantID: &tenant,
+			Payload: []byte(fmt.Sprintf(`{"order": %d, "total": "129.90", "items": 3}`, i))})
+		last := &batches[len(batches)-1]
+		*last = append(*last, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(len(*last))), MessageBody: aws.String(string(body))})
+	}
+	samples := benchkit.Samples{}
+	bare := benchkit.Arm{Name: "bare", Run: func() time.Duration {
+		url := sqstest.NewQueue(b, client, "bench-bare", nil)
+		return benchkit.Timed(func() {
+			if err := sqstest.BareSend(ctx, client, url, batches, benchConcurrency); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}}
+	deliverArm := benchkit.Arm{Name: "deliver", Run: func() time.Duration {
+		url := sqstest.NewQueue(b, client, "bench-deliver", nil)
+		db.Exec(b, `TRUNCATE outbox.deliveries, outbox.recipients`)
+		db.Exec(b, `INSERT INTO outbox.recipients (name, target) VALUES ('bench', $1)`, url)
+		db.Exec(b, `INSERT INTO outbox.deliveries (recipient, kind, tenant_id, payload)
+			SELECT 'bench', 'order.created', 't-' || (g - 1) % 97,
+				convert_to(format('{"order": %s, "total": "129.90", "items": 3}', g - 1), 'UTF8')
+			FROM generate_series(1, $1) g`, n)
+		db.Exec(b, `VACUUM ANALYZE outbox.deliveries`)
+		s := benchService(b, db, Config{Concurrency: benchConcurrency, BatchLimit: benchBatch, Bounded: true, PassBudget: 10 * time.Minute})
+		return benchkit.Timed(func() {
+			res, err := s.RunOnce(ctx, nil)
+			if err != nil || res.Delivered != int64(n) {
+				b.Fatalf("deliver: delivered %d of %d: %v %s", res.Delivered, n, err, pass.String(res))
+			}
+		})
+	}}
+	b.ResetTimer()
+	for rep := range b.N {
+		samples.Alternate(rep, bare, deliverArm)
+	}
+	b.StopTimer()
+	bareRate, deliverRate := float64(n)/samples.Median("bare"), float64(n)/samples.Median("deliver")
+	b.ReportMetric(bareRate, "bare-msgs/s")
+	b.ReportMetric(deliverRate, "deliver-msgs/s")
+	b.ReportMetric(deliverRate/bareRate, "deliver/bare")
+}
+
+// BenchmarkClaimBesideHistory: the claim statement's cost per batch (the
+// buffers it touches, the function's own work included, and its time)
+// beside 10,000 and beside 1,000,000 acked deliveries of history (10,000
+// and 100,000 under -short), each with a backlog of 1,000 pending; batch
+// 100, ten batches each. Target: the same buffers per batch (large/small
+// at most 1.2).
+func BenchmarkClaimBesideHistory(b *testing.B) {
+	ctx := context.Background()
+	small, large := 10_000, benchkit.Size(1_000_000, 100_000)
+	const pending, batch, batches = 1_000, 100, 10
+	type figures struct{ buffers, ms float64 }
+	measure := func(history int) figures {
+		db := testdb.New(b)
+		db.Exec(b, `INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, created_at, delivered_at, acked_at)
+			SELECT 'bench', 'k', '{}'::bytea, 'acked', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'
+			FROM generate_series(1, $1)`, history)
+		db.Exec(b, `INSERT INTO outbox.deliveries (recipient, kind, payload) SELECT 'bench', 'k', '{}'::bytea FROM generate_series(1, $1)`, pending)
+		db.Exec(b, `INSERT INTO outbox.recipients (name, target) VALUES ('bench', 'https://example.com/in')`)
+		db.Exec(b, `VACUUM ANALYZE outbox.deliveries`)
+		var f figures
+		for range batches {
+			var plan []struct {
+				Plan struct {
+					Hit  float64 `json:"Shared Hit Blocks"`
+					Read float64 `json:"Shared Read Blocks"`
+					Rows float64 `json:"Actual Rows"`
+				} `json:"Plan"`
+				Time float64 `json:"Execution Time"`
+			}
+			var raw []byte
+			if err := db.Pool.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM outbox.deliver_claim($1)`, batch).Scan(&raw); err != nil {
+				b.Fatal(err)
+			}
+			if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 || plan[0].Plan.Rows != batch {
+				b.Fatalf("claim beside %d: %s (%v)", history, raw, err)
+			}
+			f.buffers += (plan[0].Plan.Hit + plan[0].Plan.Read) / batches
+			f.ms += plan[0].Time / batches
+		}
+		return f
+	}
+	b.ResetTimer()
+	var s, l figures
+	for range b.N {
+		s, l = measure(small), measure(large)
+	}
+	b.StopTimer()
+	b.ReportMetric(s.buffers, "buffers/batch@10k")
+	b.ReportMetric(l.buffers, fmt.Sprintf("buffers/batch@%dk", large/1000))
+	b.ReportMetric(l.buffers/s.buffers, "large/small")
+	b.ReportMetric(s.ms, "ms/batch@10k")
+	b.ReportMetric(l.ms, fmt.Sprintf("ms/batch@%dk", large/1000))
+}
