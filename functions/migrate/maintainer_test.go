@@ -133,6 +133,7 @@ func TestEveryFunctionRunsAsTheMaintainerWhoCannotChangeTheSchema(t *testing.T) 
 		{"compensate", nil, `{"Records":[]}`},
 		{"prune", map[string]string{"PRUNE_EVENTS_AFTER": "24h"}, `{"source":"outboxkeeper.schedule"}`},
 		{"relay", map[string]string{"RELAY_WATCH": "false", "RELAY_TARGET": "https://sqs.us-east-1.amazonaws.com/123456789012/maintainer-test"}, `{"source":"outboxkeeper.schedule"}`},
+		{"deliver", map[string]string{"DELIVER_WATCH": "false"}, `{"source":"outboxkeeper.schedule"}`},
 	}
 	for _, f := range functions {
 		env := map[string]string{"DATABASE_SECRET_ARN": d.secretARN, "DATABASE_CA_PEM": string(d.ca),

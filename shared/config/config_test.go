@@ -103,6 +103,7 @@ func TestEveryVariable(t *testing.T) {
 		})
 		errs = append(errs, err)
 		l.mg, err = Load[migratepkg.Config](env)
+		errs = append(errs, err)
 		// DELIVER_WEBHOOK_HOSTS needs a signing key: one unless the case sets it.
 		l.dl, err = Load[deliverpkg.Config](func(name string) (string, bool) {
 			if v, ok := env(name); ok || name != "DELIVER_SIGNING_SECRET_ARN" {
