@@ -332,6 +332,36 @@ var Rows = []Row{
 			j.detail("BenchmarkInsert")
 			return j.res
 		}},
+	{14, "relay: a backlog of 100,000 committed events to an SQS queue (fauxqs), one bounded pass at `RELAY_CONCURRENCY=4`",
+		"a bare `SendMessageBatch` loop sending the same pre-built envelopes in calls of ten, with the same client and concurrency and no database (`sqstest.BareSend`, as `BenchmarkBareSend`'s baseline)",
+		"≥ 0.7 × the bare loop's messages/s",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atLeast("BenchmarkRelayThroughput", "relay/bare", "", 0.7, "%.2f × the bare loop")
+			j.detail("BenchmarkRelayThroughput")
+			return j.res
+		}},
+	{15, "relay: commit → message visible in an SQS queue, a watching relay on the template's settings (`RELAY_TICK=200ms`), no older transaction open",
+		"one event committed every 20 to 120 ms, read by a consumer long-polling the queue",
+		"p99 ≤ 1 s",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atMost("BenchmarkRelayLatency", "p99-ms", "p99", 1000, "%.0f ms")
+			j.detail("BenchmarkRelayLatency")
+			return j.res
+		}},
+	{16, "relay: a watching relay's idle tick, caught up at the head of tables of 100k and 10M events",
+		"the same watching pass on each size",
+		"statements and buffers per tick constant; database time per tick at 10M ≤ 1.5 × at 100k",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			constant := func(v float64) bool { return v >= 0.9 && v <= 1.1 }
+			j.compare("BenchmarkRelayIdleTick", "statements/smallest-table", "statements per tick at 10M", "%.2f × at 100k", "within 1 ± 0.1", constant)
+			j.compare("BenchmarkRelayIdleTick", "buffers/smallest-table", "the probe's buffers at 10M", "%.2f × at 100k", "within 1 ± 0.1", constant)
+			j.atMost("BenchmarkRelayIdleTick", "db-time/smallest-table", "database time per tick at 10M", 1.5, "%.2f × at 100k")
+			j.detail("BenchmarkRelayIdleTick")
+			return j.res
+		}},
 }
 
 // coldStatements are row 12's statements: the benchmark that runs each,
