@@ -173,12 +173,15 @@ func TestRelayRowsJudgeTheirTargets(t *testing.T) {
 	if latency.Judge(Metrics{"BenchmarkRelayLatency": {"p99-ms": 1400}}, nil).Met() {
 		t.Error("p99 1.4 s: met, want missed")
 	}
-	flat := map[string]float64{"statements/smallest-table": 1, "buffers/smallest-table": 1, "db-time/smallest-table": 1.1}
+	flat := map[string]float64{"statements/smallest-table": 1, "probe-buffers@100000": 5, "probe-buffers@10000000": 6, "db-time/smallest-table": 1.1}
 	if !idle.Judge(Metrics{"BenchmarkRelayIdleTick": flat}, nil).Met() {
-		t.Error("a flat idle tick: not met, want met")
+		t.Error("a flat idle tick, one B-tree level deeper: not met, want met")
 	}
-	growing := map[string]float64{"statements/smallest-table": 1, "buffers/smallest-table": 1.8, "db-time/smallest-table": 1.1}
+	growing := map[string]float64{"statements/smallest-table": 1, "probe-buffers@100000": 5, "probe-buffers@10000000": 9, "db-time/smallest-table": 1.1}
 	if idle.Judge(Metrics{"BenchmarkRelayIdleTick": growing}, nil).Met() {
-		t.Error("the probe's buffers 1.8 × at 10M: met, want missed")
+		t.Error("the probe's buffers 5 → 9: met, want missed")
+	}
+	if idle.Judge(Metrics{"BenchmarkRelayIdleTick": {"statements/smallest-table": 1, "db-time/smallest-table": 1}}, nil).Met() {
+		t.Error("the buffers not reported: met, want missed")
 	}
 }
