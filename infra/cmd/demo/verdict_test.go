@@ -105,19 +105,20 @@ func TestRelayedCountsEachSequenceOnceAndNothingUnknown(t *testing.T) {
 }
 
 // The relay's latency runs from the COMMIT's return to the message's
-// arrival in the queue.
+// arrival in the queue, and its own share from the consumer's first read
+// of the event.
 func TestQueueLatencyIsCommitToArrival(t *testing.T) {
 	o := healthy()
 	at := time.Unix(1000, 0)
 	o.committedAt = map[int64]time.Time{1: at.Add(-300 * time.Millisecond), 2: at.Add(-2 * time.Second), 7: at}
-	o.held = []local.Interval{{Begin: at.Add(-3 * time.Second), End: at.Add(-time.Second)}}
-	all, free := o.queueLatencies()
+	o.consumer.Read = map[int64]time.Time{2: at.Add(-100 * time.Millisecond)}
+	all, own := o.queueLatencies()
 	slices.Sort(all)
 	if !slices.Equal(all, []time.Duration{300 * time.Millisecond, 2 * time.Second}) {
 		t.Errorf("latencies %v, want [300ms 2s]: 7 never arrived", all)
 	}
-	if !slices.Equal(free, []time.Duration{300 * time.Millisecond}) {
-		t.Errorf("latencies with no held transaction open %v, want [300ms]: 2 committed during the hold", free)
+	if !slices.Equal(own, []time.Duration{100 * time.Millisecond}) {
+		t.Errorf("the consumer's read → queue %v, want [100ms]: only 2 was read", own)
 	}
 }
 
