@@ -20,6 +20,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 )
@@ -176,10 +177,7 @@ type got struct {
 }
 
 // drain reads what a queue received: want messages, or what arrived within
-// wait. Each is received with a visibility timeout of 2 s and deleted at
-// once: a receive whose answer was lost on the way (the SDK then receives
-// again) made its messages invisible, and they come back within the wait
-// rather than after SQS's default 30 s.
+// wait (sqstest.Drain).
 func drain(t *testing.T, c *sqs.Client, url string, want int, wait time.Duration) []got {
 	t.Helper()
 	var out []got
@@ -193,28 +191,11 @@ func drain(t *testing.T, c *sqs.Client, url string, want int, wait time.Duration
 	return out
 }
 
-// receive is sqstest.Drain with a short visibility timeout (see drain).
+// receive is sqstest.Drain: each message once, read without racing its
+// visibility.
 func receive(t *testing.T, c *sqs.Client, url string, want int, wait time.Duration) []sqstypes.Message {
 	t.Helper()
-	ctx := context.Background()
-	var out []sqstypes.Message
-	deadline := time.Now().Add(wait)
-	for len(out) < want && time.Now().Before(deadline) {
-		r, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 2,
-			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
-		})
-		if err != nil {
-			t.Fatalf("receive: %v", err)
-		}
-		for _, m := range r.Messages {
-			out = append(out, m)
-			if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
-				t.Fatalf("delete: %v", err)
-			}
-		}
-	}
-	return out
+	return sqstest.Drain(t, c, url, want, wait)
 }
 
 // exactlyOnceInOrder says msgs hold each of want's sequences once, in

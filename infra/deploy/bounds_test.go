@@ -14,6 +14,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
+	"github.com/outboxkeeper/outboxkeeper/shared/relay"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -24,7 +25,7 @@ import (
 // configs are every function's Config, by the name config.Variables uses.
 var configs = map[string]interface{ Bounds() []pass.Bound }{
 	"fill": fill.Config{}, "sweep": sweep.Config{}, "compensate": compensate.Config{},
-	"prune": prune.Config{}, "deliver": deliver.Config{}, "migrate": migrateresource.Config{},
+	"prune": prune.Config{}, "deliver": deliver.Config{}, "migrate": migrateresource.Config{}, "relay": relay.Config{},
 }
 
 // offNote is how a description says what 0 means: "0s - forever".

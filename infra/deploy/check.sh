@@ -4,8 +4,8 @@
 #     each parameter combination of infra/deploy/combinations.txt;
 #   - under each combination the SAM transform's own output carries the
 #     account-policy knobs (infra/deploy/transformed.py);
-#   - `sam build` produces six ELF arm64 bootstrap binaries (fill, sweep, deliver,
-#     compensate, prune and migrate);
+#   - `sam build` produces seven ELF arm64 bootstrap binaries (fill, sweep,
+#     compensate, prune, deliver, relay and migrate);
 #   - the release's SAM artifacts (that build, with the Serverless
 #     Application Repository metadata completed: infra/cmd/release) pass
 #     cfn-lint too, and SAM's own metadata validation.
@@ -20,7 +20,7 @@ cd "$ROOT"
 
 BUILD_DIR=".local/sam-build"
 RELEASE_CHECK_DIR=".local/release-check"
-FUNCTIONS=(FillFunction SweepFunction CompensateFunction PruneFunction DeliverFunction MigrateFunction)
+FUNCTIONS=(FillFunction SweepFunction CompensateFunction PruneFunction DeliverFunction RelayFunction MigrateFunction)
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'check.sh: %s\n' "$*" >&2; exit 1; }

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/migrateresource"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
+	"github.com/outboxkeeper/outboxkeeper/shared/relay"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -37,7 +38,19 @@ var scenarios = []scenario{
 		"DatabaseUser":       "outboxkeeper",
 		"DatabaseResourceId": "prx-0123456789abcdef0",
 	}},
+	relayScenario,
 }
+
+// relayTarget is the relay scenario's target: a FIFO queue, which the
+// default RELAY_GROUP_BY (topic) serves.
+const relayTarget = "arn:aws:sqs:eu-west-1:123456789012:orders.fifo"
+
+// relayScenario deploys the relay (RelayTarget set); the others deploy
+// none, and its resources are absent there.
+var relayScenario = scenario{name: "relay", params: map[string]string{
+	"DatabaseSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:outbox-AbCdEf",
+	"RelayTarget":       relayTarget,
+}}
 
 // templateSets are the variables whose template default deliberately
 // differs from the code's default, with the value the template gives.
@@ -45,6 +58,8 @@ var templateSets = map[string]map[string]string{
 	// A watching pass must outlast the schedule's minute (see
 	// checkWatchCoverage); the code's 20s default is a bounded pass's.
 	"fill": {"FILL_PASS_BUDGET": "85s"},
+	// The relay's target has no default: the scenario's.
+	"relay": {"RELAY_TARGET": relayTarget},
 }
 
 // checkEnvironment: in every database mode, each function gets only
@@ -60,6 +75,9 @@ func checkEnvironment(tpl *template) []string {
 	for _, sc := range scenarios {
 		e := tpl.evaluator(sc)
 		for _, fn := range tpl.functions() {
+			if !e.exists(fn) {
+				continue
+			}
 			short := shortName(fn)
 			where := fmt.Sprintf("%s (%s)", fn, sc.name)
 			env := e.environment(fn)
@@ -152,6 +170,8 @@ func load(short string, env map[string]string) (any, error) {
 		return config.Load[deliver.Config](lookup)
 	case "migrate":
 		return config.Load[migrateresource.Config](lookup)
+	case "relay":
+		return config.Load[relay.Config](lookup)
 	}
 	return nil, fmt.Errorf("unknown function %q: teach this test its configuration", short)
 }
@@ -180,7 +200,8 @@ func checkParameterPatterns(tpl *template) []string {
 				continue
 			}
 			for _, sample := range durationSamples {
-				if _, err := load(shortName(fn), map[string]string{name: sample}); err == nil && !re.MatchString(sample) {
+				env := map[string]string{"RELAY_TARGET": relayTarget, name: sample}
+				if _, err := load(shortName(fn), env); err == nil && !re.MatchString(sample) {
 					problems = append(problems, fmt.Sprintf("%s: AllowedPattern refuses %q, which %s accepts", param, sample, name))
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -51,7 +52,7 @@ func sqsCallsIn(t *testing.T, dir string) []string {
 	seen := map[string]bool{}
 	for _, file := range moduleFiles(t, dir) {
 		for _, op := range calledOperations(t, file, operations) {
-			seen["sqs:"+batchAction(op)] = true
+			seen["sqs:"+iamAction(op)] = true
 		}
 	}
 	var out []string
@@ -62,12 +63,11 @@ func sqsCallsIn(t *testing.T, dir string) []string {
 	return out
 }
 
-// batchAction is the IAM action of an SQS operation: a batch call is
-// authorised by its single call's action (SQS has no sqs:SendMessageBatch).
-func batchAction(op string) string {
-	switch op {
-	case "SendMessageBatch", "DeleteMessageBatch", "ChangeMessageVisibilityBatch":
-		return strings.TrimSuffix(op, "Batch")
+// iamAction is the IAM action that authorises an SQS operation: a batch
+// operation is authorised by its single-message action.
+func iamAction(op string) string {
+	if single, ok := strings.CutSuffix(op, "Batch"); ok {
+		return single
 	}
 	return op
 }
@@ -93,20 +93,72 @@ func calledOperations(t *testing.T, path string, operations map[string]bool) []s
 	return ops
 }
 
-// statementActions is a policy statement's Action, one or a list.
-func statementActions(st any) []string {
+// statementActions is a policy statement's Action, one or a list; of an
+// Fn::If, every branch's (what some deployment may allow).
+func statementActions(st any) []string { return actionsOf(get(st, "Action")) }
+
+func actionsOf(v any) []string {
 	var out []string
-	switch a := get(st, "Action").(type) {
+	switch a := v.(type) {
 	case string:
 		out = []string{a}
 	case []any:
 		for _, x := range a {
-			if name, ok := x.(string); ok {
-				out = append(out, name)
-			}
+			out = append(out, actionsOf(x)...)
+		}
+	case map[string]any:
+		if args, ok := a["Fn::If"].([]any); ok && len(args) == 3 {
+			out = append(actionsOf(args[1]), actionsOf(args[2])...)
 		}
 	}
 	return out
+}
+
+// relayActions is the one action the relay's role allows on its target,
+// by the target's kind: the call its sender makes (shared/target), as IAM
+// authorises it.
+var relayActions = map[string]string{
+	"arn:aws:events:eu-west-1:123456789012:event-bus/orders": "events:PutEvents",
+	"arn:aws:sns:eu-west-1:123456789012:orders.fifo":         "sns:Publish",
+	"arn:aws:sqs:eu-west-1:123456789012:orders":              "sqs:SendMessage",
+	"arn:aws:kinesis:eu-west-1:123456789012:stream/orders":   "kinesis:PutRecords",
+}
+
+// checkRelayTarget: for each kind of target the relay's role allows
+// exactly its sender's action, on the target's ARN and nothing else.
+func checkRelayTarget(tpl *template) []string {
+	var problems []string
+	for _, arn := range slices.Sorted(maps.Keys(relayActions)) {
+		e := tpl.evaluator(scenario{name: "relay", params: map[string]string{"RelayTarget": arn}})
+		if !e.exists("RelayFunction") || !e.exists("RelayRole") {
+			problems = append(problems, fmt.Sprintf("RelayTarget %s: no relay function and role", arn))
+			continue
+		}
+		var allowed []string
+		policies, _ := get(tpl.Resources["RelayRole"], "Properties", "Policies").([]any)
+		for _, p := range policies {
+			if _, none := e.value(p).(noValue); none {
+				continue
+			}
+			statements, _ := get(e.value(p), "PolicyDocument", "Statement").([]any)
+			for _, st := range statements {
+				action := e.value(get(st, "Action"))
+				for _, a := range actionsOf(action) {
+					if strings.HasPrefix(a, "logs:") || strings.HasPrefix(a, "xray:") {
+						continue
+					}
+					if res := e.str(get(st, "Resource")); res != arn {
+						problems = append(problems, fmt.Sprintf("RelayTarget %s: RelayRole allows %s on %s, want the target only", arn, a, res))
+					}
+					allowed = append(allowed, a)
+				}
+			}
+		}
+		if want := []string{relayActions[arn]}; !slices.Equal(allowed, want) {
+			problems = append(problems, fmt.Sprintf("RelayTarget %s: RelayRole allows %v on the target, want %v", arn, allowed, want))
+		}
+	}
+	return problems
 }
 
 // roleSQSActions lists the sqs: actions the inline policies of a

@@ -43,7 +43,7 @@ type emitted struct {
 func codeMetrics(t *testing.T) emitted {
 	t.Helper()
 	e := emitted{names: map[string][]string{}}
-	for _, fn := range []string{"fill", "sweep", "compensate", "prune", "deliver"} {
+	for _, fn := range []string{"fill", "sweep", "compensate", "prune", "deliver", "relay"} {
 		seen := map[string]bool{}
 		for _, file := range moduleFiles(t, "../../functions/"+fn) {
 			for _, name := range metricNames(t, file) {
@@ -166,6 +166,20 @@ func metricNames(t *testing.T, path string) []string {
 // the check can tell it from a literal stack name.
 const stackToken = "@stack@"
 
+// relayFunction is the Function dimension a relay's metrics carry
+// (relay:<RELAY_NAME>) as the template must select it: from the RelayName
+// parameter, in the dashboard's body and in the alarms alike.
+const relayFunction = "relay:@RelayName@"
+
+// emitter is the function whose code emits a Function dimension's metrics:
+// a relay's is the relay function's, whatever its name.
+func emitter(function string) string {
+	if strings.HasPrefix(function, "relay:") {
+		return "relay"
+	}
+	return function
+}
+
 var subRef = regexp.MustCompile(`\$\{([^}!]+)\}`)
 
 // dashboardBody renders the Dashboard's !Sub body as JSON: the stack name
@@ -182,6 +196,8 @@ func dashboardBody(tpl *template) (map[string]any, error) {
 		switch {
 		case name == "AWS::StackName":
 			return stackToken
+		case name == "RelayName":
+			return "@RelayName@"
 		case e.params[name] != "":
 			return e.params[name]
 		}
@@ -245,7 +261,10 @@ func dashboardMetrics(doc map[string]any) ([]widgetMetric, []string) {
 // this stack's.
 func checkCustomMetric(e emitted, where, name string, dims map[string]string, stackIsOurs bool) []string {
 	var problems []string
-	fn := dims[metrics.DimensionFunction]
+	fn := emitter(dims[metrics.DimensionFunction])
+	if fn == "relay" && dims[metrics.DimensionFunction] != relayFunction {
+		problems = append(problems, fmt.Sprintf("%s: %s with Function=%q, want relay:${RelayName}, the deployed relay's name", where, name, dims[metrics.DimensionFunction]))
+	}
 	if !slices.Contains(e.names[fn], name) {
 		problems = append(problems, fmt.Sprintf("%s: %s with Function=%q, which the %s function's code does not emit (it emits %v)", where, name, fn, fn, e.names[fn]))
 	}
@@ -274,6 +293,11 @@ var dashboardMust = []struct{ namespace, name, dimension, value string }{
 	{"Outboxkeeper", "Redeliveries", "Function", "sweep"},
 	{"Outboxkeeper", "DeadLettered", "Function", "sweep"},
 	{"Outboxkeeper", "PassDurationMs", "Function", "fill"},
+	{"Outboxkeeper", "RelayLag", "Function", relayFunction},
+	{"Outboxkeeper", "RelaySent", "Function", relayFunction},
+	{"Outboxkeeper", "RelayParked", "Function", relayFunction},
+	{"Outboxkeeper", "RelayRuns", "Function", relayFunction},
+	{"Outboxkeeper", "RelayBatchMs", "Function", relayFunction},
 	{"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "RollbackReportQueue.QueueName"},
 	{"AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", "RollbackReportQueue.QueueName"},
 	{"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "RollbackReportDLQ.QueueName"},
@@ -349,6 +373,15 @@ func checkAlarms(tpl *template, e emitted) []string {
 			switch v := get(d, "Value").(type) {
 			case string:
 				dims[k] = v
+			case map[string]any:
+				if k == metrics.DimensionFunction && v["Fn::Sub"] != nil {
+					dims[k] = strings.ReplaceAll(fmt.Sprint(v["Fn::Sub"]), "${RelayName}", "@RelayName@")
+					break
+				}
+				dims[k] = fmt.Sprint(v)
+				if k == metrics.DimensionStack && reflect.DeepEqual(v, map[string]any{"Ref": "AWS::StackName"}) {
+					stackIsOurs = true
+				}
 			default:
 				dims[k] = fmt.Sprint(v)
 				if k == metrics.DimensionStack && reflect.DeepEqual(v, map[string]any{"Ref": "AWS::StackName"}) {
@@ -358,10 +391,10 @@ func checkAlarms(tpl *template, e emitted) []string {
 		}
 		problems = append(problems, checkCustomMetric(e, id, name, dims, stackIsOurs)...)
 		if get(props, "TreatMissingData") == "breaching" && get(props, "ComparisonOperator") == "LessThanThreshold" {
-			silent[dims[metrics.DimensionFunction]] = true
+			silent[emitter(dims[metrics.DimensionFunction])] = true
 		}
 	}
-	for _, fn := range []string{"fill", "sweep", "prune", "deliver"} {
+	for _, fn := range []string{"fill", "sweep", "prune", "deliver", "relay"} {
 		if !silent[fn] {
 			problems = append(problems, fmt.Sprintf("no alarm fires when the %s function stops running (an alarm on one of its per-pass metrics, LessThanThreshold, TreatMissingData breaching)", fn))
 		}
@@ -412,6 +445,7 @@ func TestCodeMetricsAreFound(t *testing.T) {
 		"sweep":      {"DeadLettered", "OldestOpenAgeSeconds", "SweepRuns"},
 		"compensate": {"DurationMs", "Filled", "Invalid"},
 		"prune":      {"PassDurationMs", "PruneRuns"},
+		"relay":      {"RelayBatchMs", "RelayLag", "RelayParked", "RelayRuns", "RelaySent", "RelayStopped"},
 	} {
 		for _, name := range want {
 			if !slices.Contains(e.names[fn], name) {

@@ -6,6 +6,7 @@ package deploy
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -21,8 +22,10 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/infra/local"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
+	"github.com/outboxkeeper/outboxkeeper/shared/deliver"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
+	"github.com/outboxkeeper/outboxkeeper/shared/relay"
 )
 
 const (
@@ -186,6 +189,13 @@ func (tpl *template) evaluator(sc scenario) *evaluator {
 	return &evaluator{tpl: tpl, params: params}
 }
 
+// exists says the resource is created in this scenario: it has no
+// Condition, or its Condition holds.
+func (e *evaluator) exists(id string) bool {
+	c, ok := get(e.tpl.Resources[id], "Condition").(string)
+	return !ok || e.condition(c)
+}
+
 func (e *evaluator) condition(name string) bool {
 	c, ok := e.tpl.Conditions[name]
 	if !ok {
@@ -276,6 +286,14 @@ func (e *evaluator) str(v any) string {
 				return e.ref(name)
 			})
 		}
+		if args, ok := x["Fn::Select"].([]any); ok {
+			i, _ := strconv.Atoi(fmt.Sprint(args[0]))
+			list := e.list(args[1])
+			if i >= len(list) {
+				panic(fmt.Sprintf("Fn::Select %d of %v: out of range (CloudFormation fails the deployment)", i, list))
+			}
+			return list[i]
+		}
 		if args, ok := x["Fn::Join"].([]any); ok {
 			var parts []string
 			switch list := e.value(args[1]).(type) {
@@ -290,6 +308,21 @@ func (e *evaluator) str(v any) string {
 		}
 	}
 	panic(fmt.Sprintf("cannot render %v", v))
+}
+
+// list renders a list value: an Fn::Split, or a literal list.
+func (e *evaluator) list(v any) []string {
+	if m, ok := v.(map[string]any); ok {
+		if args, ok := m["Fn::Split"].([]any); ok {
+			return strings.Split(e.str(args[1]), args[0].(string))
+		}
+	}
+	var out []string
+	items, _ := v.([]any)
+	for _, it := range items {
+		out = append(out, e.str(it))
+	}
+	return out
 }
 
 func (e *evaluator) ref(name string) string {
@@ -395,8 +428,8 @@ func checkQueueConsumers(tpl *template) []string {
 	return problems
 }
 
-// checkScheduled: a scheduled pass runs one at a time, except the fill's
-// and deliver's, whose watching passes overlap for the moment of the
+// checkScheduled: a scheduled pass runs one at a time, except the watching
+// ones (fill, deliver, relay), whose passes overlap for the moment of the
 // hand-over.
 func checkScheduled(tpl *template) []string {
 	var problems []string
@@ -407,7 +440,7 @@ func checkScheduled(tpl *template) []string {
 		}
 		scheduled++
 		want := 1
-		if fn == "FillFunction" || fn == "DeliverFunction" {
+		if watching[fn] != "" {
 			want = 2
 		}
 		if n, _ := number(tpl.property(fn, "ReservedConcurrentExecutions")); n != want {
@@ -424,20 +457,49 @@ func checkScheduled(tpl *template) []string {
 // unwatched: a watching pass must outlast the schedule's period by this.
 const watchSlack = 10 * time.Second
 
-// checkWatchCoverage: with the parameters' defaults, some fill pass is
-// watching at every moment the schedule is enabled. Each pass may run
-// min(FILL_PASS_BUDGET, timeout - 2s), which must exceed the schedule's
-// period with slack, and two may run at once for the hand-over.
+// watching are the functions whose passes watch, with the variable that
+// turns watching on.
+var watching = map[string]string{"FillFunction": "FILL_WATCH", "DeliverFunction": "DELIVER_WATCH", "RelayFunction": "RELAY_WATCH"}
+
+// checkWatchCoverage: with the parameters' defaults, some pass of each
+// watching function is watching at every moment the schedule is enabled.
 func checkWatchCoverage(tpl *template) []string {
-	const fn = "FillFunction"
-	e := tpl.evaluator(scenarios[0])
-	env := e.environment(fn)
-	if env["FILL_WATCH"] != "true" {
-		return []string{fn + ": FILL_WATCH does not default to true"}
+	var problems []string
+	for _, fn := range slices.Sorted(maps.Keys(watching)) {
+		problems = append(problems, checkWatchCoverageOf(tpl, fn)...)
 	}
-	cfg, err := config.Load[fill.Config](config.FromMap(env))
-	if err != nil {
-		return []string{fmt.Sprintf("%s: %v", fn, err)}
+	return problems
+}
+
+// checkWatchCoverageOf: each pass of fn may run min(its pass budget,
+// timeout - 2s), which must exceed the schedule's period with slack, and
+// two may run at once for the hand-over.
+func checkWatchCoverageOf(tpl *template, fn string) []string {
+	e := tpl.evaluator(relayScenario)
+	env := e.environment(fn)
+	if env[watching[fn]] != "true" {
+		return []string{fn + ": " + watching[fn] + " does not default to true"}
+	}
+	var budget time.Duration
+	switch fn {
+	case "FillFunction":
+		cfg, err := config.Load[fill.Config](config.FromMap(env))
+		if err != nil {
+			return []string{fmt.Sprintf("%s: %v", fn, err)}
+		}
+		budget = cfg.PassBudget
+	case "RelayFunction":
+		cfg, err := config.Load[relay.Config](config.FromMap(env))
+		if err != nil {
+			return []string{fmt.Sprintf("%s: %v", fn, err)}
+		}
+		budget = cfg.PassBudget
+	case "DeliverFunction":
+		cfg, err := config.Load[deliver.Config](config.FromMap(env))
+		if err != nil {
+			return []string{fmt.Sprintf("%s: %v", fn, err)}
+		}
+		budget = cfg.PassBudget
 	}
 	timeout, ok := number(tpl.property(fn, "Timeout"))
 	if !ok {
@@ -452,7 +514,7 @@ func checkWatchCoverage(tpl *template) []string {
 	if err != nil {
 		return []string{fmt.Sprintf("%s: %v", fn, err)}
 	}
-	watch := min(cfg.PassBudget, time.Duration(timeout)*time.Second-pass.Margin)
+	watch := min(budget, time.Duration(timeout)*time.Second-pass.Margin)
 	var problems []string
 	if watch < period+watchSlack {
 		problems = append(problems, fmt.Sprintf("%s: a pass may watch %s, not the schedule's %s plus %s of slack: some minutes would go unwatched",
@@ -497,6 +559,7 @@ func allChecks(tpl *template, makefile string, c code) []string {
 	p = append(p, checkMigrations(tpl)...)
 	p = append(p, checkRoles(tpl)...)
 	p = append(p, checkBounds(tpl)...)
+	p = append(p, checkRelayTarget(tpl)...)
 	return p
 }
 
@@ -517,7 +580,7 @@ func TestTemplatePassesEveryCheck(t *testing.T) {
 	tpl := loadTemplate(t, read(t, templatePath))
 	makefile := read(t, makefilePath)
 	c := readCode(t, tpl)
-	if got, want := tpl.functions(), []string{"CompensateFunction", "DeliverFunction", "FillFunction", "MigrateFunction", "PruneFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
+	if got, want := tpl.functions(), []string{"CompensateFunction", "DeliverFunction", "FillFunction", "MigrateFunction", "PruneFunction", "RelayFunction", "SweepFunction"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("functions = %v, want %v", got, want)
 	}
 	for name, problems := range map[string][]string{
@@ -534,6 +597,7 @@ func TestTemplatePassesEveryCheck(t *testing.T) {
 		"migrations":       checkMigrations(tpl),
 		"roles":            checkRoles(tpl),
 		"bounds":           checkBounds(tpl),
+		"relay target":     checkRelayTarget(tpl),
 	} {
 		for _, p := range problems {
 			t.Errorf("%s: %s", name, p)
@@ -669,6 +733,24 @@ func TestChecksCatchBreakage(t *testing.T) {
 			want: "CompensateFunction: COMPENSATE_PASS_BUDGET is not set from a parameter"},
 		{name: "a schema pattern longer than the check", old: `AllowedPattern: "^[a-z_][a-z0-9_]{0,51}$"`, new: `AllowedPattern: "^[a-z_][a-z0-9_]{0,62}$"`,
 			want: `OutboxSchema: AllowedPattern takes "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa": true, the schema check: false`},
+		{name: "the relay allowed another service's action", old: "                    - sns:Publish\n", new: "                    - sqs:SendMessage\n",
+			want: "RelayTarget arn:aws:sns:eu-west-1:123456789012:orders.fifo: RelayRole allows [sqs:SendMessage] on the target, want [sns:Publish]"},
+		{name: "the relay allowed every resource", old: "Resource: !Ref RelayTarget", new: `Resource: "*"`,
+			want: "RelayRole allows kinesis:PutRecords on *, want the target only"},
+		{name: "the relay's silence alarm on a metric nothing emits", old: "      MetricName: RelayRuns\n", new: "      MetricName: RelayRun\n",
+			want: "RelaySilentAlarm: RelayRun with Function=\"relay\", which the relay function's code does not emit"},
+		{name: "the relay's silence treated as OK", old: "      TreatMissingData: breaching\n      ActionsEnabled: !If [RelaySchedulesEnabled, true, false]\n",
+			new:  "      TreatMissingData: notBreaching\n      ActionsEnabled: !If [RelaySchedulesEnabled, true, false]\n",
+			want: "no alarm fires when the relay function stops running"},
+		{name: "a relay widget on a fixed relay name", old: `"Function", "relay:${RelayName}", {"label": "lag (max)"}`, new: `"Function", "relay:default", {"label": "lag (max)"}`,
+			want: "RelayLag with Function=\"relay:default\", want relay:${RelayName}"},
+		{name: "the relay's timeout cuts the watch short", old: "      Timeout: 90 # RELAY_PASS_BUDGET", new: "      Timeout: 60 # RELAY_PASS_BUDGET",
+			want: "RelayFunction: a pass may watch 58s"},
+		{name: "the relay without the hand-over's concurrency", old: "ReservedConcurrentExecutions: 2 # the hand-over's two", new: "ReservedConcurrentExecutions: 1",
+			want: "RelayFunction: scheduled, but ReservedConcurrentExecutions is not 2"},
+		{name: "the relay's lag alarm on another dimension", old: "      MetricName: RelayLag\n      Dimensions:\n        - { Name: Stack, Value: !Ref AWS::StackName }\n",
+			new:  "      MetricName: RelayLag\n      Dimensions:\n",
+			want: "RelayLagAlarm: RelayLag has dimensions [Function], the code emits [Stack Function]"},
 		{name: "pattern refuses a valid duration", old: `AllowedPattern: "^([0-9]+(s|m|h))+$"`, new: `AllowedPattern: "^[0-9]+(s|m|h)$"`,
 			want: `CompensateDefer: AllowedPattern refuses "1m30s"`},
 	}

@@ -79,12 +79,12 @@ def check(template, params):
                 problems.append(f"{rid}: TracingConfig {props['TracingConfig']!r} while Tracing is Disabled")
             if tracing != "Disabled" and mode != {"Ref": "Tracing"}:
                 problems.append(f"{rid}: TracingConfig {props.get('TracingConfig')!r}, want Mode from the Tracing parameter")
-    # Six functions' roles and the four schedules' roles (fill, sweep,
-    # prune, deliver; five functions and six roles when
-    # MigrationsEnabled=false leaves migrate out, but the conditions stay
-    # in the output: every resource is there).
-    if roles != 10 or functions != 6:
-        problems.append(f"{roles} roles and {functions} functions after the transform, want 10 and 6: teach this check the new ones")
+    # Seven functions' roles and the five schedules' roles (fill, sweep,
+    # prune, deliver, relay; fewer when MigrationsEnabled=false leaves
+    # migrate out or an empty RelayTarget the relay, but the conditions
+    # stay in the output: every resource is there).
+    if roles != 12 or functions != 7:
+        problems.append(f"{roles} roles and {functions} functions after the transform, want 12 and 7: teach this check the new ones")
     return problems
 
 

@@ -14,16 +14,23 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/rie"
 )
 
-// Functions are the three function names, which are also their folders
-// under functions/.
+// Functions are the function names every local deployment runs, which
+// are also their folders under functions/.
 var Functions = []string{"fill", "sweep", "compensate", "prune"}
+
+// Relay is the relay function's name: run only with Options.RelayTarget,
+// as the template deploys it only with a RelayTarget.
+const Relay = "relay"
 
 // BuildBootstraps builds functions/<fn> for the host into outDir/<fn>/bootstrap
 // (see rie.Build) and returns the paths by name.
-func BuildBootstraps(ctx context.Context, repoRoot, outDir string) (map[string]string, error) {
-	paths := make(map[string]string, len(Functions))
+func BuildBootstraps(ctx context.Context, repoRoot, outDir string, fns ...string) (map[string]string, error) {
+	if len(fns) == 0 {
+		fns = Functions
+	}
+	paths := make(map[string]string, len(fns))
 	g, ctx := errgroup.WithContext(ctx)
-	for _, fn := range Functions {
+	for _, fn := range fns {
 		out := filepath.Join(outDir, fn, "bootstrap")
 		paths[fn] = out
 		g.Go(func() error { return rie.Build(ctx, repoRoot, "./functions/"+fn, out) })

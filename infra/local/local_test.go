@@ -69,6 +69,31 @@ func TestReadTemplateTakesTheDeployedSettings(t *testing.T) {
 	if got := tm.Env["fill"]["FILL_PASS_BUDGET"]; got != "85s" {
 		t.Errorf("fill's FILL_PASS_BUDGET from the template = %q, want its parameter default 85s", got)
 	}
+	if tm.RelaySchedule != time.Minute {
+		t.Errorf("RelaySchedule = %s, want the template's rate(1 minute)", tm.RelaySchedule)
+	}
+	var relayInput map[string]any
+	if err := json.Unmarshal(tm.RelayInput, &relayInput); err != nil {
+		t.Errorf("relay Input %q is not JSON: %v", tm.RelayInput, err)
+	}
+	if tm.RelayConcurrency != 2 {
+		t.Errorf("RelayConcurrency = %d, want 2 (the hand-over)", tm.RelayConcurrency)
+	}
+	if tm.RelayTimeout != 90*time.Second {
+		t.Errorf("RelayTimeout = %s, want the relay function's 90s", tm.RelayTimeout)
+	}
+	if tm.RelayMemory != 128 {
+		t.Errorf("RelayMemory = %d, want the relay function's 128", tm.RelayMemory)
+	}
+	if got := tm.Env["relay"]["RELAY_PASS_BUDGET"]; got != "85s" {
+		t.Errorf("relay's RELAY_PASS_BUDGET from the template = %q, want its parameter default 85s", got)
+	}
+	if got := tm.Env["relay"]["RELAY_WATCH"]; got != "true" {
+		t.Errorf("relay's RELAY_WATCH from the template = %q, want its parameter default true", got)
+	}
+	if _, ok := tm.Env["relay"]["RELAY_SOURCE"]; ok {
+		t.Error("RELAY_SOURCE, which the template sets only when RelaySource is, was taken for a literal")
+	}
 	if got := tm.Env["sweep"]["OUTBOX_SCHEMA"]; got != "outbox" {
 		t.Errorf("sweep's OUTBOX_SCHEMA from Globals = %q, want outbox", got)
 	}

@@ -39,6 +39,13 @@ type Options struct {
 	// driver's own environment does not set them; nil runs the template's
 	// defaults.
 	Tuning map[string]string
+	// RelayTarget, when set, runs the relay function too with this
+	// RELAY_TARGET (an ARN or a queue URL of the emulators), on the
+	// template's schedule, timeout, memory and concurrency and its
+	// parameters' defaults (Tuning and the environment may set RELAY_*).
+	// Empty runs no relay, as the template deploys none without a
+	// RelayTarget.
+	RelayTarget string
 	// WorkDir receives the bootstraps and the functions' logs.
 	WorkDir string
 	// Observe is told about every invocation.
@@ -64,8 +71,11 @@ type Stack struct {
 	Functions    map[string]*Function
 	Fillers      []*Function
 	Compensators []*Function
-	Mapping      *Mapping
-	LogDir       string
+	// Relays are the relay's instances (its reserved concurrency), when
+	// Options.RelayTarget is set; the first is Functions["relay"].
+	Relays  []*Function
+	Mapping *Mapping
+	LogDir  string
 
 	logs []*os.File
 }
@@ -101,14 +111,14 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	bootstraps, err := BuildBootstraps(ctx, opts.RepoRoot, filepath.Join(opts.WorkDir, "bin"))
+	bootstraps, err := BuildBootstraps(ctx, opts.RepoRoot, filepath.Join(opts.WorkDir, "bin"), s.functions()...)
 	if err != nil {
 		return s, err
 	}
 	if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
 		return s, err
 	}
-	for _, fn := range Functions {
+	for _, fn := range s.functions() {
 		// rie serves one invocation at a time, so compensate gets as many
 		// instances as the template's MaximumConcurrency lets Lambda run,
 		// and the fill as many as its reserved concurrency (two: a watching
@@ -119,6 +129,8 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 			instances = s.Template.MaxConcurrency
 		case "fill":
 			instances = s.Template.FillConcurrency
+		case Relay:
+			instances = s.Template.RelayConcurrency
 		}
 		for i := 1; i <= instances; i++ {
 			logName := fn + ".log"
@@ -142,6 +154,8 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 				s.Compensators = append(s.Compensators, f)
 			case "fill":
 				s.Fillers = append(s.Fillers, f)
+			case Relay:
+				s.Relays = append(s.Relays, f)
 			}
 		}
 	}
@@ -164,8 +178,26 @@ func (s *Stack) Run(ctx context.Context) {
 	wg.Go(func() {
 		Schedule(ctx, []*Function{s.Functions["prune"]}, s.Template.PruneInput, s.PruneEvery(), s.Observe)
 	})
+	if len(s.Relays) > 0 {
+		wg.Go(func() { Schedule(ctx, s.Relays, s.Template.RelayInput, s.RelayEvery(), s.Observe) })
+	}
 	wg.Go(func() { s.Mapping.Run(ctx) })
 	wg.Wait()
+}
+
+// functions are the functions this deployment runs: the relay too with a
+// RelayTarget.
+func (s *Stack) functions() []string {
+	if s.RelayTarget == "" {
+		return Functions
+	}
+	return append(slices.Clone(Functions), Relay)
+}
+
+// RelayEvery is the period Run invokes the relay with: the template's
+// schedule unless ScheduleOverride says otherwise.
+func (s *Stack) RelayEvery() time.Duration {
+	return cmp.Or(s.ScheduleOverride, s.Template.RelaySchedule)
 }
 
 // FillEvery, SweepEvery and PruneEvery are the periods Run invokes them with: the
@@ -196,7 +228,7 @@ func (s *Stack) Close() {
 	for _, f := range s.Functions {
 		wg.Go(f.Stop)
 	}
-	for _, f := range append(slices.Clone(s.Compensators), s.Fillers...) {
+	for _, f := range slices.Concat(s.Compensators, s.Fillers, s.Relays) {
 		wg.Go(f.Stop) // the first is in Functions too; Stop is idempotent
 	}
 	wg.Wait()
@@ -210,8 +242,11 @@ func (s *Stack) Close() {
 // what Lambda itself sets, and nothing else of the driver's environment.
 func (s *Stack) env(fn string) map[string]string {
 	timeout, memory := s.Template.FunctionTimeout, s.Template.FunctionMemory
-	if fn == "fill" {
+	switch fn {
+	case "fill":
 		timeout, memory = s.Template.FillTimeout, s.Template.FillMemory
+	case Relay:
+		timeout, memory = s.Template.RelayTimeout, s.Template.RelayMemory
 	}
 	env := map[string]string{
 		"DATABASE_URL":  s.DatabaseURL,
@@ -223,14 +258,18 @@ func (s *Stack) env(fn string) map[string]string {
 		"AWS_REGION":                      s.Region,
 		"AWS_DEFAULT_REGION":              s.Region,
 	}
-	// The SQS endpoint and the emulator's keys, for compensate's client.
-	for _, k := range []string{"AWS_ENDPOINT_URL_SQS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
+	// The emulators' endpoints and keys, for compensate's and the relay's
+	// clients.
+	for _, k := range []string{"AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SNS", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_EVENTBRIDGE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env[k] = v
 		}
 	}
 	if fn == "compensate" {
 		env["COMPENSATE_DLQ_URL"] = s.Queues.DLQURL
+	}
+	if fn == Relay {
+		env["RELAY_TARGET"] = s.RelayTarget
 	}
 	// What the template sets from AWS::StackName: the Stack dimension of
 	// the metrics, here one no deployment would have.
@@ -240,7 +279,7 @@ func (s *Stack) env(fn string) map[string]string {
 	// parameters' defaults, unless the driver's environment or the
 	// caller's Tuning says otherwise.
 	for _, v := range config.Variables() {
-		if !slices.Contains(v.UsedBy, fn) || len(v.UsedBy) > 1 || v.Name == "COMPENSATE_DLQ_URL" {
+		if !slices.Contains(v.UsedBy, fn) || len(v.UsedBy) > 1 || v.Name == "COMPENSATE_DLQ_URL" || v.Name == "RELAY_TARGET" {
 			continue
 		}
 		if val, ok := os.LookupEnv(v.Name); ok {
@@ -284,7 +323,7 @@ func (s *Stack) Endpoints() []string {
 			lines = append(lines, k+"="+v)
 		}
 	}
-	for _, fn := range Functions {
+	for _, fn := range s.functions() {
 		lines = append(lines, fmt.Sprintf("INVOKE_%s=%s", strings.ToUpper(fn), s.Functions[fn].URL))
 	}
 	return lines

@@ -3,6 +3,7 @@ package local
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,14 @@ type Template struct {
 	// FillConcurrency is the fill's ReservedConcurrentExecutions: how many
 	// of its passes may run at once (two, for the hand-over).
 	FillConcurrency int
+	// The relay function's (deployed when RelayTarget is set): its
+	// schedule's rate and Input, its Timeout and MemorySize, and its
+	// ReservedConcurrentExecutions (two, for the hand-over, as the fill's).
+	RelaySchedule    time.Duration
+	RelayInput       []byte
+	RelayTimeout     time.Duration
+	RelayMemory      int
+	RelayConcurrency int
 	// Env is each function's environment as the template sets it with the
 	// parameters' defaults (by short name: "fill", "sweep", ...): Globals
 	// and the function's own Variables that are literals or a !Ref to a
@@ -63,6 +72,7 @@ func ReadTemplate(path string) (Template, error) {
 	root := doc.Content[0]
 	r := tmplReader{root: root, path: path}
 	fill := []string{"Resources", "FillFunction", "Properties"}
+	relay := []string{"Resources", "RelayFunction", "Properties"}
 	t := Template{
 		FunctionTimeout:   r.seconds("Globals", "Function", "Timeout"),
 		FillTimeout:       r.seconds(append(fill, "Timeout")...),
@@ -80,9 +90,14 @@ func ReadTemplate(path string) (Template, error) {
 		BatchSize:         r.integer("Resources", "CompensateFunction", "Properties", "Events", "RollbackReports", "Properties", "BatchSize"),
 		BatchingWindow:    r.seconds("Resources", "CompensateFunction", "Properties", "Events", "RollbackReports", "Properties", "MaximumBatchingWindowInSeconds"),
 		MaxConcurrency:    r.integer("Resources", "CompensateFunction", "Properties", "Events", "RollbackReports", "Properties", "ScalingConfig", "MaximumConcurrency"),
+		RelaySchedule:     r.rate(append(relay, "Events", "EveryMinute", "Properties", "ScheduleExpression")...),
+		RelayInput:        []byte(r.scalar(append(relay, "Events", "EveryMinute", "Properties", "Input")...)),
+		RelayTimeout:      r.seconds(append(relay, "Timeout")...),
+		RelayMemory:       r.integer(append(relay, "MemorySize")...),
+		RelayConcurrency:  r.integer(append(relay, "ReservedConcurrentExecutions")...),
 	}
 	t.Env = map[string]map[string]string{}
-	for _, fn := range Functions {
+	for _, fn := range append(slices.Clone(Functions), Relay) {
 		vars := map[string]string{}
 		r.variables(vars, "Globals", "Function", "Environment", "Variables")
 		r.variables(vars, "Resources", logicalID(fn), "Properties", "Environment", "Variables")

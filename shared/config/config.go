@@ -115,6 +115,7 @@ func Variables() []Variable {
 		{"RELAY_TARGET", []string{"relay"}},
 		{"RELAY_TOPICS", []string{"relay"}},
 		{"RELAY_GROUP_BY", []string{"relay"}},
+		{"RELAY_AGGREGATE_TYPES", []string{"relay"}},
 		{"RELAY_SOURCE", []string{"relay"}},
 		{"RELAY_MAX_ATTEMPTS", []string{"relay"}},
 		{"RELAY_TICK", []string{"relay"}},

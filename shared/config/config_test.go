@@ -164,6 +164,7 @@ func TestEveryVariable(t *testing.T) {
 			[]string{"orders", "arn:aws:lambda:eu-west-1:123456789012:function:f", "arn:aws:sqs:eu-west-1:12:q"}},
 		{"RELAY_TOPICS", "orders.*,billing.invoice.*", func(l loaded) bool { return l.rl.Topics == "orders.*,billing.invoice.*" }, []string{"orders.*,", ",", "orders.\xff"}},
 		{"RELAY_GROUP_BY", "tenant", func(l loaded) bool { return l.rl.GroupBy == "tenant" }, []string{"none"}},
+		{"RELAY_AGGREGATE_TYPES", "order,invoice", func(l loaded) bool { return l.rl.AggregateTypes == "order,invoice" }, []string{"order,", "order,,invoice", "\xff"}},
 		{"RELAY_SOURCE", "billing.outbox", func(l loaded) bool { return l.rl.Source == "billing.outbox" }, nil},
 		{"RELAY_MAX_ATTEMPTS", "0", func(l loaded) bool { return l.rl.MaxAttempts == relaypkg.NeverPark }, []string{"1001", "-2", "many"}},
 		{"RELAY_TICK", "50ms", func(l loaded) bool { return l.rl.Tick == 50*time.Millisecond }, []string{"1ms", "2m", "0s"}},
@@ -359,6 +360,7 @@ func TestRelayConfigurationRefusalsNameTheVariable(t *testing.T) {
 		{"no target", "RELAY_TARGET", map[string]string{}},
 		{"an unknown kind of ARN", "RELAY_TARGET", map[string]string{"RELAY_TARGET": "arn:aws:dynamodb:eu-west-1:123456789012:table/orders"}},
 		{"a topic pattern that cannot match", "RELAY_TOPICS", map[string]string{"RELAY_TARGET": fifoQueue, "RELAY_TOPICS": "orders.*, ,billing.*"}},
+		{"an aggregate type list with a stray comma", "RELAY_AGGREGATE_TYPES", map[string]string{"RELAY_TARGET": fifoQueue, "RELAY_AGGREGATE_TYPES": "order, ,invoice"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
@@ -22,6 +23,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
+	relaysql "github.com/outboxkeeper/outboxkeeper/shared/relay/parked"
 	"github.com/outboxkeeper/outboxkeeper/shared/target"
 )
 
@@ -210,4 +212,95 @@ func latencyRun(b *testing.B, client *sqs.Client, events int) []float64 {
 		out = append(out, float64(r.Sub(c).Microseconds())/1000)
 	}
 	return out
+}
+
+// BenchmarkRelayIdleTick: a watching relay with nothing to send, caught up
+// at the head of tables of 100,000 and 10,000,000 events, each pass 3 s at
+// the template's RELAY_TICK, alternating. It reports, per size, the
+// statements per tick (the pass's own count), the database time per tick
+// (every statement timed) and the shared buffers the tick's probe touches
+// (EXPLAIN (ANALYZE, BUFFERS) of the statement the lease poll carries),
+// and each at 10M over at 100k (the target: constant).
+func BenchmarkRelayIdleTick(b *testing.B) {
+	sizes := benchkit.Size([]int64{100_000, 10_000_000}, []int64{10_000, 100_000})
+	client := sqs.NewFromConfig(awstest.Config(b))
+	url := sqstest.NewQueue(b, client, "bench-idle", nil)
+	dbs := map[int64]*testdb.DB{}
+	for _, n := range sizes {
+		db := testdb.New(b)
+		db.Exec(b, `INSERT INTO outbox.events (sequence, xid, topic, payload)
+			SELECT g, pg_current_xact_id(), 'orders.created', '{}' FROM generate_series(1, $1::bigint) g`, n)
+		db.Exec(b, `SELECT setval('outbox.events_sequence_seq', $1)`, n)
+		db.Exec(b, `UPDATE outbox.fill_state SET started = true, watermark = $1`, n)
+		db.Exec(b, `VACUUM ANALYZE outbox.events`)
+		// RELAY_START=latest registers the relay at the watermark, the
+		// head: caught up without sending the table.
+		if r, err := benchService(b, db, Config{Target: url, Start: StartLatest, Bounded: true}).RunOnce(context.Background(), nil); err != nil || r.Position != n {
+			b.Fatalf("registering at %d: position %d, %v", n, r.Position, err)
+		}
+		dbs[n] = db
+	}
+	stmts, dbNS, buffers := map[int64][]float64{}, map[int64][]float64{}, map[int64]float64{}
+	for _, n := range sizes {
+		buffers[n] = probeBuffers(b, dbs[n])
+	}
+	watch := func(n int64) benchkit.Arm {
+		return benchkit.Arm{Name: fmt.Sprint(n), Run: func() time.Duration {
+			t := &benchkit.TimedDB{DB: dbs[n].Pool}
+			s := benchService(b, dbs[n], Config{Target: url, PassBudget: 3 * time.Second})
+			s.kit.DB = t
+			r, err := s.RunOnce(context.Background(), nil)
+			if err != nil || r.Sent != 0 || r.Ticks == 0 {
+				b.Fatalf("idle pass at %d: sent %d ticks %d: %v", n, r.Sent, r.Ticks, err)
+			}
+			stmts[n] = append(stmts[n], float64(r.Statements)/float64(r.Ticks))
+			perTick := t.Total() / time.Duration(r.Ticks)
+			dbNS[n] = append(dbNS[n], float64(perTick))
+			return perTick
+		}}
+	}
+	var arms []benchkit.Arm
+	for _, n := range sizes {
+		arms = append(arms, watch(n))
+	}
+	rep := 0
+	for b.Loop() {
+		benchkit.Samples{}.Alternate(rep, arms...)
+		rep++
+	}
+	small, large := sizes[0], sizes[len(sizes)-1]
+	for _, n := range sizes {
+		b.ReportMetric(benchkit.Median(stmts[n]), fmt.Sprintf("statements/tick@%d", n))
+		b.ReportMetric(benchkit.Median(dbNS[n])/1e6, fmt.Sprintf("db-ms/tick@%d", n))
+		b.ReportMetric(buffers[n], fmt.Sprintf("probe-buffers@%d", n))
+	}
+	b.ReportMetric(benchkit.Median(stmts[large])/benchkit.Median(stmts[small]), "statements/smallest-table")
+	b.ReportMetric(benchkit.Median(dbNS[large])/benchkit.Median(dbNS[small]), "db-time/smallest-table")
+	b.ReportMetric(buffers[large]/buffers[small], "buffers/smallest-table")
+}
+
+// probeBuffers is the shared buffers (hit and read) the idle tick's probe
+// touches, from EXPLAIN (ANALYZE, BUFFERS) of the relay's readable
+// statement, run twice so the second finds the pages cached as a watching
+// pass does.
+func probeBuffers(b *testing.B, db *testdb.DB) float64 {
+	b.Helper()
+	stmt := relaysql.SQL.Statement("readable", testdb.Schema)
+	var plan []struct {
+		Plan struct {
+			Hit  float64 `json:"Shared Hit Blocks"`
+			Read float64 `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	for range 2 {
+		var raw []byte
+		if err := db.Pool.QueryRow(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+stmt,
+			pgx.NamedArgs{"name": ConsumerName(DefaultName)}).Scan(&raw); err != nil {
+			b.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+			b.Fatalf("EXPLAIN: %s: %v", raw, err)
+		}
+	}
+	return plan[0].Plan.Hit + plan[0].Plan.Read
 }

@@ -85,6 +85,40 @@ func matchGlob(pattern, s string) bool {
 	return p == len(pattern)
 }
 
+// ---------------------------------------------------------------- aggregate types
+
+// AggregateTypes is RELAY_AGGREGATE_TYPES compiled: comma-separated
+// aggregate_type values, each matched exactly. Empty selects every event;
+// otherwise an event is sent only if its aggregate_type is listed, so one
+// without an aggregate_type is not.
+type AggregateTypes struct{ types map[string]bool }
+
+// ParseAggregateTypes reads s. An empty entry between commas (a stray
+// comma) is an error, as a name no aggregate_type can hold (a NUL, bytes
+// that are not UTF-8) is.
+func ParseAggregateTypes(s string) (AggregateTypes, error) {
+	if strings.TrimSpace(s) == "" {
+		return AggregateTypes{}, nil
+	}
+	a := AggregateTypes{types: map[string]bool{}}
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+			return AggregateTypes{}, errors.New("an empty aggregate type (a stray comma?) matches no event: want comma-separated names such as order,invoice, or nothing for all")
+		case strings.ContainsRune(n, 0):
+			return AggregateTypes{}, fmt.Errorf("aggregate type %q holds a NUL, which no aggregate_type can hold", n)
+		case !utf8.ValidString(n):
+			return AggregateTypes{}, fmt.Errorf("aggregate type %q is not UTF-8, which every aggregate_type is", n)
+		}
+		a.types[n] = true
+	}
+	return a, nil
+}
+
+// Match says an event of aggregate type t is one of the relay's.
+func (a AggregateTypes) Match(t string) bool { return a.types == nil || a.types[t] }
+
 // ---------------------------------------------------------------- groups
 
 // GroupBy is RELAY_GROUP_BY: what orders events.
@@ -98,16 +132,21 @@ type GroupBy struct {
 const (
 	GroupByTopic = "topic"
 	GroupByNone  = "none"
-	groupHeader  = "header"
+	// GroupByAggregateID groups by the aggregate_id routing column.
+	GroupByAggregateID = "aggregate_id"
+	groupHeader        = "header"
 )
 
-// ParseGroupBy reads RELAY_GROUP_BY: topic, none, or a header's name.
+// ParseGroupBy reads RELAY_GROUP_BY: topic, none, aggregate_id, or a
+// header's name.
 func ParseGroupBy(s string) (GroupBy, error) {
 	switch s = strings.TrimSpace(s); s {
 	case "", GroupByTopic:
 		return GroupBy{kind: GroupByTopic}, nil
 	case GroupByNone:
 		return GroupBy{kind: GroupByNone}, nil
+	case GroupByAggregateID:
+		return GroupBy{kind: GroupByAggregateID}, nil
 	}
 	if strings.ContainsRune(s, 0) || !utf8.ValidString(s) {
 		return GroupBy{}, fmt.Errorf("header name %q cannot be a JSON key of headers", s)
@@ -125,9 +164,10 @@ func (g GroupBy) String() string {
 	return g.kind
 }
 
-// of is an event's group: its topic; its header's value (an event without
-// the header, or with null, is grouped by its topic, which keeps its order
-// among its topic's other such events); or none. A Kinesis record needs a
+// of is an event's group: its topic; its header's value or its
+// aggregate_id (an event without one is grouped by its topic, which keeps
+// its order among its topic's other such events: falling back never
+// orders less than the topic would); or none. A Kinesis record needs a
 // partition key all the same, so there none gives each event its own: the
 // sequence.
 func (g GroupBy) of(e event, kind target.Kind) string {
@@ -137,6 +177,11 @@ func (g GroupBy) of(e event, kind target.Kind) string {
 	case groupHeader:
 		if v, ok := e.header(g.header); ok {
 			return v
+		}
+		return e.Topic
+	case GroupByAggregateID:
+		if e.AggregateID != "" {
+			return e.AggregateID
 		}
 		return e.Topic
 	}
@@ -176,7 +221,7 @@ type entry struct {
 }
 
 // plan turns a batch read into entries: placeholders and events of other
-// topics are skipped (never sent; the position passes them), the rest are
+// topics or aggregate types are skipped (never sent; the position passes them), the rest are
 // pending messages, in sequence order.
 func (s *Service) plan(events []event) []entry {
 	entries := make([]entry, len(events))
@@ -185,7 +230,7 @@ func (s *Service) plan(events []event) []entry {
 		switch {
 		case e.Placeholder():
 			en.state = skipped
-		case !s.topics.Match(e.Topic):
+		case !s.topics.Match(e.Topic), !s.aggregateTypes.Match(e.AggregateType):
 			en.state = skipped
 		default:
 			var err error

@@ -96,6 +96,8 @@ func TestGroupOfAnEvent(t *testing.T) {
 		{"none on a queue", "none", target.SQS, ev(`{}`), ""},
 		{"none on EventBridge", "none", target.EventBridge, ev(`{}`), ""},
 		{"none on Kinesis is the sequence", "none", target.Kinesis, ev(`{}`), "42"},
+		{"aggregate_id", "aggregate_id", target.SQS, withAggregate(ev(`{"aggregate_id":"h"}`), "order", "o-7"), "o-7"},
+		{"no aggregate_id falls back to the topic", "aggregate_id", target.SQS, withAggregate(ev(`{}`), "order", ""), "orders.created"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -105,6 +107,49 @@ func TestGroupOfAnEvent(t *testing.T) {
 			}
 			if got := g.of(c.e, c.kind); got != c.want {
 				t.Errorf("group %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func withAggregate(e event, typ, id string) event {
+	e.AggregateType, e.AggregateID = typ, id
+	return e
+}
+
+func TestAggregateTypesMatchListedNamesExactly(t *testing.T) {
+	cases := []struct {
+		list, typ string
+		want      bool
+	}{
+		{"", "order", true},
+		{"", "", true},
+		{" ", "", true},
+		{"order", "order", true},
+		{"order", "orders", false},
+		{"order", "", false},
+		{"order, invoice ", "invoice", true},
+		{"order,invoice", "shipment", false},
+		{"ord*", "order", false},
+	}
+	for _, c := range cases {
+		t.Run(c.list+"~"+c.typ, func(t *testing.T) {
+			a, err := ParseAggregateTypes(c.list)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := a.Match(c.typ); got != c.want {
+				t.Errorf("Match(%q) = %v, want %v", c.typ, got, c.want)
+			}
+		})
+	}
+}
+
+func TestAggregateTypeListThatCannotMatchIsRefused(t *testing.T) {
+	for _, bad := range []string{"order,", ",order", "order,,invoice", "order, ,invoice", "a\x00b", "\xff"} {
+		t.Run(fmt.Sprintf("%q", bad), func(t *testing.T) {
+			if _, err := ParseAggregateTypes(bad); err == nil {
+				t.Errorf("ParseAggregateTypes(%q) accepted", bad)
 			}
 		})
 	}

@@ -88,10 +88,18 @@ type Config struct {
 	// comma-separated patterns where * matches any run of characters.
 	// Others are passed over, unsent.
 	Topics string `env:"RELAY_TOPICS"`
+	// AggregateTypes selects by the aggregate_type routing column
+	// (RELAY_AGGREGATE_TYPES, default empty = every event):
+	// comma-separated names, matched exactly. When set, an event is sent
+	// only if it also matches Topics and its aggregate_type is listed;
+	// others are passed over, unsent.
+	AggregateTypes string `env:"RELAY_AGGREGATE_TYPES"`
 	// GroupBy orders events (RELAY_GROUP_BY, default "topic"): "topic",
-	// "none", or a header's name (headers->>name). Within a group events
-	// go in sequence order; groups go concurrently. A FIFO target needs a
-	// group: "none" is refused there.
+	// "none", "aggregate_id" (the routing column), or a header's name
+	// (headers->>name). An event without the header or the aggregate_id is
+	// grouped by its topic. Within a group events go in sequence order;
+	// groups go concurrently. A FIFO target needs a group: "none" is
+	// refused there.
 	GroupBy string `env:"RELAY_GROUP_BY"`
 	// Source is the EventBridge Source of every event (RELAY_SOURCE,
 	// default "outboxkeeper.<schema>"); other targets have none.
@@ -148,9 +156,10 @@ func (c Config) WithDefaults() Config {
 
 // parsed is what Validate reads out of a Config's strings.
 type parsed struct {
-	target  target.Target
-	topics  Topics
-	groupBy GroupBy
+	target         target.Target
+	topics         Topics
+	aggregateTypes AggregateTypes
+	groupBy        GroupBy
 }
 
 // Validate is the one check of a Config, on its defaults; its errors (a
@@ -182,6 +191,8 @@ func (c Config) parse() (parsed, error) {
 	p.target = t
 	p.topics, err = ParseTopics(c.Topics)
 	v.Check(err == nil, "Topics", c.Topics, errString(err))
+	p.aggregateTypes, err = ParseAggregateTypes(c.AggregateTypes)
+	v.Check(err == nil, "AggregateTypes", c.AggregateTypes, errString(err))
 	p.groupBy, err = ParseGroupBy(c.GroupBy)
 	v.Check(err == nil, "GroupBy", c.GroupBy, errString(err))
 	if t.FIFO {

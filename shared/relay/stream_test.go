@@ -50,6 +50,13 @@ func publish(t *testing.T, db *testdb.DB, topic, headers string, payloads ...str
 	}
 }
 
+// publishRouted commits one event on topic with its routing columns
+// (empty = NULL).
+func publishRouted(t *testing.T, db *testdb.DB, topic, aggregateType, aggregateID string) {
+	t.Helper()
+	db.Exec(t, `SELECT outbox.publish($1, '{}'::jsonb, aggregate_type => NULLIF($2, ''), aggregate_id => NULLIF($3, ''))`, topic, aggregateType, aggregateID)
+}
+
 // steps runs batch steps until the stream is idle or n steps ran, and
 // returns the last.
 func steps(t *testing.T, st *stream, q *testdb.DB, n int) step {
@@ -251,5 +258,43 @@ func TestParkedEventIsResentOnRequest(t *testing.T) {
 	}
 	if n := testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM outbox.relay_parked WHERE resent_at IS NOT NULL`); n != 1 {
 		t.Errorf("%d rows marked re-sent, want 1", n)
+	}
+}
+
+// RELAY_AGGREGATE_TYPES sends only the listed aggregate types, and
+// RELAY_GROUP_BY=aggregate_id makes each aggregate a group (an event
+// without one is grouped by its topic); the position passes what is not
+// sent.
+func TestAggregateTypesSelectAndAggregateIDGroups(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := sqstest.NewQueue(t, sqstest.Client(t), "relay-aggregate", map[string]string{"FifoQueue": "true"})
+	publishRouted(t, db, "order.placed", "order", "o-1")    // 1
+	publishRouted(t, db, "invoice.paid", "invoice", "i-1")  // 2
+	publishRouted(t, db, "order.shipped", "order", "o-1")   // 3
+	publishRouted(t, db, "order.placed", "order", "o-2")    // 4
+	publishRouted(t, db, "order.placed", "", "")            // 5: no type
+	publishRouted(t, db, "order.noted", "order", "")        // 6: no id
+	publishRouted(t, db, "shipment.sent", "shipment", "s1") // 7
+	s := newTestService(t, db, Config{Target: url, Bounded: true, GroupBy: GroupByAggregateID, AggregateTypes: "order, shipment"})
+	r := runPass(t, s)
+	if r.Position != 7 {
+		t.Errorf("position %d, want 7: past the events not sent", r.Position)
+	}
+	if r.Sent != 5 {
+		t.Errorf("sent %d, want 5 (1, 3, 4, 6, 7)", r.Sent)
+	}
+	got := drain(t, url, 6, 3*time.Second)
+	if err := oncePerGroupInOrder(got, []int64{1, 3, 4, 6, 7}); err != nil {
+		t.Errorf("the queue received %v: %v", got, err)
+	}
+	groups := map[int64]string{}
+	for _, m := range got {
+		groups[m.seq] = m.group
+	}
+	for seq, want := range map[int64]string{1: "o-1", 3: "o-1", 4: "o-2", 6: "order.noted", 7: "s1"} {
+		if groups[seq] != want {
+			t.Errorf("event %d in group %q, want %q", seq, groups[seq], want)
+		}
 	}
 }

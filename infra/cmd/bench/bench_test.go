@@ -151,3 +151,37 @@ func TestInsertRowJudgesTheFsyncOnRatio(t *testing.T) {
 		t.Error("1.31 × bare with fsync on: met, want missed")
 	}
 }
+
+// The relay's rows: throughput at least 0.7 × the bare loop, p99 at most
+// a second, and the idle tick's statements and buffers within a tenth of
+// constant from 100k to 10M.
+func TestRelayRowsJudgeTheirTargets(t *testing.T) {
+	byN := map[int]Row{}
+	for _, r := range Rows {
+		byN[r.N] = r
+	}
+	throughput, latency, idle := byN[14], byN[15], byN[16]
+	if !throughput.Judge(Metrics{"BenchmarkRelayThroughput": {"relay/bare": 0.74}}, nil).Met() {
+		t.Error("0.74 × the bare loop: not met, want met")
+	}
+	if throughput.Judge(Metrics{"BenchmarkRelayThroughput": {"relay/bare": 0.66}}, nil).Met() {
+		t.Error("0.66 × the bare loop: met, want missed")
+	}
+	if !latency.Judge(Metrics{"BenchmarkRelayLatency": {"p99-ms": 203}}, nil).Met() {
+		t.Error("p99 203 ms: not met, want met")
+	}
+	if latency.Judge(Metrics{"BenchmarkRelayLatency": {"p99-ms": 1400}}, nil).Met() {
+		t.Error("p99 1.4 s: met, want missed")
+	}
+	flat := map[string]float64{"statements/smallest-table": 1, "probe-buffers@100000": 5, "probe-buffers@10000000": 6, "db-time/smallest-table": 1.1}
+	if !idle.Judge(Metrics{"BenchmarkRelayIdleTick": flat}, nil).Met() {
+		t.Error("a flat idle tick, one B-tree level deeper: not met, want met")
+	}
+	growing := map[string]float64{"statements/smallest-table": 1, "probe-buffers@100000": 5, "probe-buffers@10000000": 9, "db-time/smallest-table": 1.1}
+	if idle.Judge(Metrics{"BenchmarkRelayIdleTick": growing}, nil).Met() {
+		t.Error("the probe's buffers 5 → 9: met, want missed")
+	}
+	if idle.Judge(Metrics{"BenchmarkRelayIdleTick": {"statements/smallest-table": 1, "db-time/smallest-table": 1}}, nil).Met() {
+		t.Error("the buffers not reported: met, want missed")
+	}
+}

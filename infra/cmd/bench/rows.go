@@ -332,6 +332,48 @@ var Rows = []Row{
 			j.detail("BenchmarkInsert")
 			return j.res
 		}},
+	{14, "relay: a backlog of 100,000 committed events to an SQS queue (fauxqs), one bounded pass at `RELAY_CONCURRENCY=4`",
+		"a bare `SendMessageBatch` loop sending the same pre-built envelopes in calls of ten, with the same client and concurrency and no database (`sqstest.BareSend`, as `BenchmarkBareSend`'s baseline)",
+		"≥ 0.7 × the bare loop's messages/s",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atLeast("BenchmarkRelayThroughput", "relay/bare", "", 0.7, "%.2f × the bare loop")
+			j.detail("BenchmarkRelayThroughput")
+			return j.res
+		}},
+	{15, "relay: commit → message visible in an SQS queue, a watching relay on the template's settings (`RELAY_TICK=200ms`), no older transaction open",
+		"one event committed every 20 to 120 ms, read by a consumer long-polling the queue",
+		"p99 ≤ 1 s",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atMost("BenchmarkRelayLatency", "p99-ms", "p99", 1000, "%.0f ms")
+			j.detail("BenchmarkRelayLatency")
+			return j.res
+		}},
+	{16, "relay: a watching relay's idle tick, caught up at the head of tables of 100k and 10M events",
+		"the same watching pass on each size",
+		"statements per tick constant; the probe's buffers constant but for the primary key's depth (one page a B-tree level); database time per tick at 10M ≤ 1.5 × at 100k",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			constant := func(v float64) bool { return v >= 0.9 && v <= 1.1 }
+			j.compare("BenchmarkRelayIdleTick", "statements/smallest-table", "statements per tick at 10M", "%.2f × at 100k", "within 1 ± 0.1", constant)
+			// A probe of the primary key reads one page per level of the
+			// B-tree, which is one level deeper at 10M rows than at 100k:
+			// everything else the tick reads is a row or two.
+			small, ok1 := m.Get("BenchmarkRelayIdleTick", "probe-buffers@100000")
+			large, ok2 := m.Get("BenchmarkRelayIdleTick", "probe-buffers@10000000")
+			c := Check{Target: "≤ 1 more at 10M (the B-tree's one more level)", Missing: !ok1 || !ok2}
+			if c.Missing {
+				c.What = "the probe's buffers: not reported"
+			} else {
+				c.What = fmt.Sprintf("the probe's buffers %.0f at 100k, %.0f at 10M", small, large)
+				c.OK = large-small <= 1
+			}
+			j.res.Checks = append(j.res.Checks, c)
+			j.atMost("BenchmarkRelayIdleTick", "db-time/smallest-table", "database time per tick at 10M", 1.5, "%.2f × at 100k")
+			j.detail("BenchmarkRelayIdleTick")
+			return j.res
+		}},
 }
 
 // coldStatements are row 12's statements: the benchmark that runs each,

@@ -25,7 +25,10 @@ type consumer struct {
 	seen map[int64]int // real events consumed, by sequence
 	// passed is when the consumer took each placeholder: the moment it
 	// got past an abandoned sequence.
-	passed   map[int64]time.Time
+	passed map[int64]time.Time
+	// read is when the consumer's read first returned each real event:
+	// when the stream made it readable, within a poll.
+	read     map[int64]time.Time
 	byPath   map[string]int
 	outOfOrd int
 	// blockedAt is when the cursor last stopped short of the head; zero
@@ -35,7 +38,7 @@ type consumer struct {
 }
 
 func newConsumer(ob *outbox.Outbox, l *ledger) *consumer {
-	return &consumer{ob: ob, l: l, seen: map[int64]int{}, passed: map[int64]time.Time{}, byPath: map[string]int{}}
+	return &consumer{ob: ob, l: l, seen: map[int64]int{}, passed: map[int64]time.Time{}, read: map[int64]time.Time{}, byPath: map[string]int{}}
 }
 
 func (c *consumer) run(ctx context.Context) {
@@ -78,6 +81,9 @@ func (c *consumer) once(ctx context.Context) (int, error) {
 			c.byPath[ev.FilledBy]++
 			c.passed[ev.Sequence] = now
 		} else {
+			if c.seen[ev.Sequence] == 0 {
+				c.read[ev.Sequence] = now
+			}
 			c.seen[ev.Sequence]++
 		}
 	}
@@ -108,6 +114,7 @@ type consumerView struct {
 	ByPath     map[string]int
 	Seen       map[int64]int
 	Passed     map[int64]time.Time
+	Read       map[int64]time.Time
 }
 
 func (c *consumer) view(full bool) consumerView {
@@ -119,7 +126,7 @@ func (c *consumer) view(full bool) consumerView {
 		ByPath:     map[string]int{store.FilledByFill: c.byPath[store.FilledByFill], store.FilledByCompensate: c.byPath[store.FilledByCompensate]},
 	}
 	if full {
-		v.Seen, v.Passed = c.seen, c.passed // the consumer has stopped when full is asked for
+		v.Seen, v.Passed, v.Read = c.seen, c.passed, c.read // the consumer has stopped when full is asked for
 	}
 	return v
 }

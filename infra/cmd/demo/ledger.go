@@ -13,12 +13,15 @@ import (
 // database so the verdict compares the two: what the writers know they
 // committed and abandoned against what the consumer and the functions saw.
 type ledger struct {
-	mu         sync.Mutex
-	committed  map[int64]bool
-	abandoned  map[int64]rollback
-	errs       []string
-	errCount   int
-	publishedN int64
+	mu        sync.Mutex
+	committed map[int64]bool
+	// committedAt is when each committed event's COMMIT returned to its
+	// writer: the start of its commit → queue latency.
+	committedAt map[int64]time.Time
+	abandoned   map[int64]rollback
+	errs        []string
+	errCount    int
+	publishedN  int64
 	// held are the long transactions the holder kept open: they hold the
 	// xid horizon back, so the fill's latency bound depends on them.
 	held []local.Interval
@@ -45,14 +48,16 @@ func (l *ledger) hold(begin, end time.Time) {
 }
 
 func newLedger() *ledger {
-	return &ledger{committed: map[int64]bool{}, abandoned: map[int64]rollback{}}
+	return &ledger{committed: map[int64]bool{}, committedAt: map[int64]time.Time{}, abandoned: map[int64]rollback{}}
 }
 
 func (l *ledger) commit(seqs []int64) {
+	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, s := range seqs {
 		l.committed[s] = true
+		l.committedAt[s] = now
 	}
 	l.publishedN += int64(len(seqs))
 	l.committedN.Add(int64(len(seqs)))
@@ -86,6 +91,14 @@ func (l *ledger) published() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.publishedN
+}
+
+// commitTimes is when each committed event's COMMIT returned, after the
+// workload stopped.
+func (l *ledger) commitTimes() map[int64]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.committedAt
 }
 
 // snapshot copies the sets for the verdict, after the workload stopped.

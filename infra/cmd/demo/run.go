@@ -24,6 +24,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/config"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	relaypkg "github.com/outboxkeeper/outboxkeeper/shared/relay"
 )
 
 // demoConfig is the demo's knobs (see main.go for the variables).
@@ -71,12 +72,18 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	defer invlog.close()
 
 	fmt.Fprintf(out, "outboxkeeper demo: building the functions and starting them under aws-lambda-rie...\n")
+	// A queue per run: a report left from an earlier run would point at
+	// sequences of a database that no longer exists. The relay's topic and
+	// queue are the run's own too.
+	name := fmt.Sprintf("outboxkeeper-demo-%d", time.Now().UnixNano())
+	fan, err := newFanout(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	defer fan.delete(context.WithoutCancel(ctx))
 	stack, err := local.Start(ctx, local.Options{
 		RepoRoot: root, AdminURL: adminURL, Database: cfg.Database, Fresh: true,
-		Schema: config.DefaultSchema,
-		// A queue per run: a report left from an earlier run would point
-		// at sequences of a database that no longer exists.
-		QueueName:        fmt.Sprintf("outboxkeeper-demo-%d", time.Now().UnixNano()),
+		Schema: config.DefaultSchema, QueueName: name, RelayTarget: fan.topicARN,
 		ScheduleOverride: cfg.Schedule, WorkDir: cfg.WorkDir, Observe: invlog.observe,
 	})
 	if err != nil {
@@ -93,8 +100,14 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	if err != nil {
 		return false, err
 	}
+	relayCfg, err := config.Load[relaypkg.Config](config.FromMap(stack.FunctionEnv(local.Relay)))
+	if err != nil {
+		return false, err
+	}
 	fmt.Fprintf(out, "  settings   the template's (fill: watch %v, grace %s, tick %s, budget %s; %d at once)%s\n",
 		!fillCfg.Bounded, fillCfg.Grace, fillCfg.Tick, fillCfg.PassBudget, len(stack.Fillers), overrides())
+	fmt.Fprintf(out, "  relay      every %s to %s, fanned out to %s (relay: watch %v, tick %s, group by %s, budget %s; %d at once)\n",
+		stack.RelayEvery(), fan.topicARN, fan.queueURL, !relayCfg.Bounded, relayCfg.Tick, relayCfg.GroupBy, relayCfg.PassBudget, len(stack.Relays))
 	held := fmt.Sprintf("one transaction held %s every %s", cfg.Hold, cfg.HoldEvery)
 	if cfg.Hold == 0 {
 		held = "no transaction held open"
@@ -141,6 +154,8 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	fmt.Fprintf(out, "  deliver    %d instances, recipients %s (an HTTPS webhook here) and %s (%s)\n\n",
 		len(rel.fns), recipientWebhook, recipientQueue, rel.queueURL)
 	bg.Go(func() { rel.run(bgCtx, stack.FillEvery(), stack.Observe) })
+	qc := newQueueConsumer(fan, l)
+	bg.Go(func() { qc.run(bgCtx) })
 
 	stop := make(chan struct{})
 	var writers sync.WaitGroup
@@ -174,7 +189,7 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	drainStart := time.Now()
 	deadline := time.After(cfg.Drain)
 	for {
-		if settled(ctx, ob, cons, obs) {
+		if settled(ctx, ob, cons, obs) && qc.count() >= int(l.committedN.Load()) {
 			show("done", drainStart)
 			break
 		}
@@ -202,6 +217,7 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	if err != nil {
 		return false, err
 	}
+	o.relayed, o.committedAt = qc.view(), l.commitTimes()
 	o.fill = fillCfg
 	fmt.Fprintln(out, "\nverdict")
 	ok := local.PrintVerdict(out, o.checks())
@@ -209,6 +225,8 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 	o.latencies(out)
 	fmt.Fprintln(out, "\nrollback → consumer past the sequence (the read that took its placeholder − client rollback time)")
 	o.consumerLatencies(out)
+	fmt.Fprintln(out, "\ncommit → message in the queue (its SentTimestamp, through the relay and SNS − the COMMIT's return to the writer)")
+	o.relayLatencies(out)
 	if cfg.Summary != "" {
 		if err := writeSummary(cfg.Summary, cfg, stack.ScheduleNote(), o, ok); err != nil {
 			return false, err
@@ -224,7 +242,7 @@ func run(ctx context.Context, cfg demoConfig, out io.Writer, status *local.Statu
 func overrides() string {
 	var set []string
 	for _, v := range config.Variables() {
-		if val, ok := os.LookupEnv(v.Name); ok && (strings.HasPrefix(v.Name, "FILL_") || strings.HasPrefix(v.Name, "SWEEP_") || strings.HasPrefix(v.Name, "COMPENSATE_")) {
+		if val, ok := os.LookupEnv(v.Name); ok && (strings.HasPrefix(v.Name, "FILL_") || strings.HasPrefix(v.Name, "SWEEP_") || strings.HasPrefix(v.Name, "COMPENSATE_") || strings.HasPrefix(v.Name, "RELAY_")) {
 			set = append(set, v.Name+"="+val)
 		}
 	}

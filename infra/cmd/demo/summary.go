@@ -28,6 +28,12 @@ type summary struct {
 		Reported   latency `json:"reported"`
 		Unreported latency `json:"unreported"`
 	} `json:"rollback_to_consumer"`
+	// CommitToQueue is commit → message in the relay's queue, and the
+	// demo's consumer's first read of the event → the queue.
+	CommitToQueue struct {
+		All      latency `json:"all"`
+		FromRead latency `json:"from_consumer_read"`
+	} `json:"commit_to_queue"`
 }
 
 // latency is one group's figures in seconds.
@@ -57,6 +63,8 @@ func writeSummary(path string, cfg demoConfig, schedule string, o outcome, ok bo
 	p, c := o.placeholderLatencies(), o.passLatencies()
 	sm.Placeholder.Reported, sm.Placeholder.Unreported = figures(p[true]), figures(p[false])
 	sm.Consumer.Reported, sm.Consumer.Unreported = figures(c[true]), figures(c[false])
+	all, own := o.queueLatencies()
+	sm.CommitToQueue.All, sm.CommitToQueue.FromRead = figures(all), figures(own)
 	b, err := json.MarshalIndent(sm, "", "  ")
 	if err != nil {
 		return err

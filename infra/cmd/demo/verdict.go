@@ -32,6 +32,10 @@ type outcome struct {
 	invocations map[string]int
 	queueDepth  int
 	dlqDepth    int
+	// relayed is what arrived in the queue the relay's topic fans out to;
+	// committedAt when each committed event's COMMIT returned.
+	relayed     queueView
+	committedAt map[int64]time.Time
 }
 
 func (o outcome) checks() []local.Check {
@@ -90,6 +94,33 @@ func (o outcome) checks() []local.Check {
 		"consumer at %d, head %d, %d missing; longest stall %.1fs",
 		o.consumer.Pos, o.consumer.Head, o.missing, o.consumer.MaxStall.Seconds())
 
+	// The relay: what reached the queue through SNS, from the queue.
+	arrived, lost, unknownR, placeholdersSent := 0, 0, 0, 0
+	for seq := range o.committed {
+		if _, ok := o.relayed.Arrived[seq]; ok {
+			arrived++
+		} else {
+			lost++
+		}
+	}
+	for seq := range o.relayed.Arrived {
+		_, isPlaceholder := o.placeholders[seq]
+		_, isAbandoned := o.abandoned[seq]
+		switch {
+		case isPlaceholder || isAbandoned:
+			placeholdersSent++
+		case !o.committed[seq]:
+			unknownR++
+		}
+	}
+	add("relayed: every committed event in the queue once", lost == 0 && unknownR == 0 && len(o.committed) > 0,
+		"%d committed: %d arrived (after dedup by sequence: %d repeats dropped), %d missing, %d unknown",
+		len(o.committed), arrived, o.relayed.Repeats, lost, unknownR)
+	add("relayed in order per group", o.relayed.OutOfOrder == 0,
+		"%d groups, %d arrivals after a later sequence of their group", o.relayed.Groups, o.relayed.OutOfOrder)
+	add("no placeholder relayed", placeholdersSent == 0,
+		"%d placeholders and rolled-back sequences in the queue", placeholdersSent)
+
 	add("deliveries settled", o.deliveries.Open == 0 && o.deliveries.Total == o.enqueued,
 		"%d enqueued, %d acked, %d dead, %d open", o.enqueued, o.deliveries.Acked, o.deliveries.Dead, o.deliveries.Open)
 	// Each lost ack leaves one row delivered; the sweep resets it exactly
@@ -117,8 +148,8 @@ func (o outcome) checks() []local.Check {
 		failedInv += n
 	}
 	add("function invocations succeeded", failedInv == 0,
-		"fill %d, sweep %d, compensate %d, prune %d invocations; %d failed",
-		o.invocations["fill"], o.invocations["sweep"], o.invocations["compensate"], o.invocations["prune"], failedInv)
+		"fill %d, sweep %d, compensate %d, prune %d, relay %d invocations; %d failed",
+		o.invocations["fill"], o.invocations["sweep"], o.invocations["compensate"], o.invocations["prune"], o.invocations["relay"], failedInv)
 	detail := "none"
 	if o.errCount > 0 {
 		detail = fmt.Sprintf("%d, first: %v", o.errCount, o.errs)
@@ -166,6 +197,44 @@ func (o outcome) latencies(w io.Writer) {
 // time.
 func (o outcome) consumerLatencies(w io.Writer) {
 	printLatencies(w, o.passLatencies())
+}
+
+// relayLatencies prints commit → message in the queue, and the relay's
+// own share of it: from when the demo's consumer, polling read_events
+// every 50 ms, first read the event. read_events passes no sequence an
+// open writer may still commit nor an unproven gap, so an event behind a
+// held transaction or a crashed writer waits for the hold's end or the
+// fill's proof (grace + tick), relayed or read directly alike.
+func (o outcome) relayLatencies(w io.Writer) {
+	all, own := o.queueLatencies()
+	for _, g := range []struct {
+		name string
+		d    []time.Duration
+	}{{"commit → queue          ", all}, {"consumer's read → queue ", own}} {
+		if len(g.d) == 0 {
+			fmt.Fprintf(w, "  %s  no samples\n", g.name)
+			continue
+		}
+		slices.Sort(g.d)
+		fmt.Fprintf(w, "  %s  n=%-5d p50 %6.3fs   p99 %6.3fs   max %6.3fs\n",
+			g.name, len(g.d), quantile(g.d, 0.50).Seconds(), quantile(g.d, 0.99).Seconds(), g.d[len(g.d)-1].Seconds())
+	}
+}
+
+// queueLatencies are, for the committed events that arrived, commit →
+// queue and the consumer's first read → queue.
+func (o outcome) queueLatencies() (all, own []time.Duration) {
+	for seq, at := range o.committedAt {
+		in, ok := o.relayed.Arrived[seq]
+		if !ok {
+			continue
+		}
+		all = append(all, in.Sub(at))
+		if read, ok := o.consumer.Read[seq]; ok {
+			own = append(own, in.Sub(read))
+		}
+	}
+	return all, own
 }
 
 // placeholderLatencies are rollback→placeholder latencies, by reported.

@@ -9,8 +9,9 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 )
 
-// healthy is an outcome every check passes: 1..4 committed and consumed
-// once, 5 rolled back and filled, one delivery acked after one lost ack.
+// healthy is an outcome every check passes: 1..4 committed, consumed once
+// and relayed to the queue, 5 rolled back and filled, one delivery acked
+// after one lost ack.
 func healthy() outcome {
 	at := time.Unix(1000, 0)
 	return outcome{
@@ -27,6 +28,7 @@ func healthy() outcome {
 		enqueued:   1, lostAcks: 1,
 		ackedIDs: []int64{1}, delivered: deliveryView{seen: map[int64]int{1: 2}},
 		invocations: map[string]int{"fill": 1}, invokeErrs: map[string]int{},
+		relayed: queueView{Arrived: map[int64]time.Time{1: at, 2: at, 3: at, 4: at}, Repeats: 1, Groups: 1},
 	}
 }
 
@@ -54,13 +56,16 @@ func TestVerdictFailsEachBreakageByTheCheckThatNamesIt(t *testing.T) {
 		"unreported rollbacks filled in time": func(o *outcome) {
 			o.placeholders[6] = placeholder{FilledBy: "fill", RecordedAt: o.abandoned[6].at.Add(4 * time.Second)}
 		},
-		"deliveries settled":                   func(o *outcome) { o.deliveries.Open = 1 },
-		"every lost ack swept back once":       func(o *outcome) { o.deliveries.Reset = 2 },
-		"every delivery reached its recipient": func(o *outcome) { o.delivered.seen = map[int64]int{} },
-		"every webhook request signed":         func(o *outcome) { o.delivered.badSignatures = 1 },
-		"report queues drained":                func(o *outcome) { o.dlqDepth = 1 },
-		"function invocations succeeded":       func(o *outcome) { o.invokeErrs["fill"] = 1 },
-		"workload errors":                      func(o *outcome) { o.errCount = 1 },
+		"deliveries settled":                               func(o *outcome) { o.deliveries.Open = 1 },
+		"every lost ack swept back once":                   func(o *outcome) { o.deliveries.Reset = 2 },
+		"every delivery reached its recipient":             func(o *outcome) { o.delivered.seen = map[int64]int{} },
+		"every webhook request signed":                     func(o *outcome) { o.delivered.badSignatures = 1 },
+		"report queues drained":                            func(o *outcome) { o.dlqDepth = 1 },
+		"function invocations succeeded":                   func(o *outcome) { o.invokeErrs["fill"] = 1 },
+		"workload errors":                                  func(o *outcome) { o.errCount = 1 },
+		"relayed: every committed event in the queue once": func(o *outcome) { delete(o.relayed.Arrived, 3) },
+		"relayed in order per group":                       func(o *outcome) { o.relayed.OutOfOrder = 1 },
+		"no placeholder relayed":                           func(o *outcome) { o.relayed.Arrived[6] = time.Unix(1000, 0) },
 	}
 	for want, breakIt := range cases {
 		o := healthy()
@@ -75,6 +80,48 @@ func TestVerdictFailsEachBreakageByTheCheckThatNamesIt(t *testing.T) {
 	o.placeholders[9] = placeholder{FilledBy: "fill"}
 	if got := failing(o.checks()); len(got) != 2 {
 		t.Errorf("missing event and stray placeholder fail %v, want two checks", got)
+	}
+}
+
+// An event relayed twice (at least once) counts once, as a consumer that
+// deduplicates by sequence sees it; a sequence that never committed does
+// not pass.
+func TestRelayedCountsEachSequenceOnceAndNothingUnknown(t *testing.T) {
+	c := newQueueConsumer(nil, newLedger())
+	at := time.Unix(1000, 0)
+	for _, seq := range []int64{1, 2, 2, 3, 4} {
+		c.take(seq, "demo.order", at)
+	}
+	o := healthy()
+	o.relayed = c.view()
+	if got := failing(o.checks()); len(got) != 0 {
+		t.Errorf("a repeat of 2 fails %v, want none: dedup by sequence", got)
+	}
+	if o.relayed.Repeats != 1 || o.relayed.OutOfOrder != 0 {
+		t.Errorf("repeats %d out of order %d, want 1 and 0", o.relayed.Repeats, o.relayed.OutOfOrder)
+	}
+	c.take(9, "demo.order", at)
+	o.relayed = c.view()
+	if got := failing(o.checks()); !slices.Equal(got, []string{"relayed: every committed event in the queue once"}) {
+		t.Errorf("an unknown sequence in the queue fails %v", got)
+	}
+}
+
+// The relay's latency runs from the COMMIT's return to the message's
+// arrival in the queue, and its own share from the consumer's first read
+// of the event.
+func TestQueueLatencyIsCommitToArrival(t *testing.T) {
+	o := healthy()
+	at := time.Unix(1000, 0)
+	o.committedAt = map[int64]time.Time{1: at.Add(-300 * time.Millisecond), 2: at.Add(-2 * time.Second), 7: at}
+	o.consumer.Read = map[int64]time.Time{2: at.Add(-100 * time.Millisecond)}
+	all, own := o.queueLatencies()
+	slices.Sort(all)
+	if !slices.Equal(all, []time.Duration{300 * time.Millisecond, 2 * time.Second}) {
+		t.Errorf("latencies %v, want [300ms 2s]: 7 never arrived", all)
+	}
+	if !slices.Equal(own, []time.Duration{100 * time.Millisecond}) {
+		t.Errorf("the consumer's read → queue %v, want [100ms]: only 2 was read", own)
 	}
 }
 

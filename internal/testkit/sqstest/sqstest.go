@@ -97,18 +97,28 @@ func QueueARN(t testing.TB, c *sqs.Client, url string) string {
 	return out.Attributes[string(types.QueueAttributeNameQueueArn)]
 }
 
-// Drain receives (and deletes) messages until want have arrived or the
-// timeout passes, and returns what arrived.
+// DrainVisibility is the visibility timeout of Drain's receives. A
+// receive whose answer is lost on the way (the SDK then receives again)
+// leaves its messages in flight; they come back within a test's wait
+// rather than after SQS's default 30 s.
+const DrainVisibility = 2
+
+// Drain receives (and deletes) messages until want distinct ones have
+// arrived or the timeout passes, and returns what arrived, each message
+// once: one received again after its visibility ran out (a lost answer, a
+// slow delete) is the same MessageId, not a second delivery.
 func Drain(t testing.TB, c *sqs.Client, url string, want int, timeout time.Duration) []types.Message {
 	t.Helper()
 	ctx := context.Background()
 	var got []types.Message
+	seen := map[string]bool{}
 	deadline := time.Now().Add(timeout)
 	for len(got) < want && time.Now().Before(deadline) {
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(url),
 			MaxNumberOfMessages:         10,
 			WaitTimeSeconds:             1,
+			VisibilityTimeout:           DrainVisibility,
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		})
@@ -116,7 +126,10 @@ func Drain(t testing.TB, c *sqs.Client, url string, want int, timeout time.Durat
 			t.Fatalf("sqstest: receive: %v", err)
 		}
 		for _, m := range out.Messages {
-			got = append(got, m)
+			if id := aws.ToString(m.MessageId); !seen[id] {
+				seen[id] = true
+				got = append(got, m)
+			}
 			_, _ = c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
 		}
 	}
