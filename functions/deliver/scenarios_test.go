@@ -8,14 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/webhooktest"
 	"github.com/outboxkeeper/outboxkeeper/shared/deliver"
 )
@@ -141,20 +137,7 @@ func TestRotationSignsWithBothKeys(t *testing.T) {
 	fn := hookFn(t, db, rcv, arn, nil)
 	hookDelivery(t, db, rcv)
 	invoke(t, fn)
-	cfg, err := awsenv.From(func(name string) (string, bool) {
-		if name == "AWS_ENDPOINT_URL_SECRETS_MANAGER" {
-			name = "AWS_ENDPOINT_URL_EVENTBRIDGE"
-		}
-		v := testenv.Lookup(name)
-		return v, v != ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := secretsmanager.NewFromConfig(cfg).PutSecretValue(context.Background(), &secretsmanager.PutSecretValueInput{
-		SecretId: aws.String(arn), SecretString: aws.String(`{"current":"new","previous":"old"}`)}); err != nil {
-		t.Fatal(err)
-	}
+	awstest.PutSecret(t, awstest.Secrets(t), arn, `{"current":"new","previous":"old"}`)
 	hookDelivery(t, db, rcv)
 	invoke(t, fn)
 	reqs := rcv.Requests()

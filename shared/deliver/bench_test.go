@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
@@ -31,7 +32,7 @@ const benchBatch = MaxBatch
 func benchService(b *testing.B, db *testdb.DB, cfg Config) *Service {
 	b.Helper()
 	cfg.Schema = testdb.Schema
-	s, err := New(db.Pool, cfg, Options{AWS: awsConfig(b), Options: pass.Options{
+	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(b), Options: pass.Options{
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "deliver", Out: io.Discard}}})
 	if err != nil {
 		b.Fatal(err)
@@ -50,7 +51,7 @@ func BenchmarkDeliverThroughput(b *testing.B) {
 	n := benchkit.Size(10_000, 500)
 	db := testdb.New(b)
 	ctx := context.Background()
-	client := sqs.NewFromConfig(awsConfig(b))
+	client := sqs.NewFromConfig(awstest.Config(b))
 
 	// The bare loop's batches: the envelopes deliver builds.
 	var batches [][]types.SendMessageBatchRequestEntry
