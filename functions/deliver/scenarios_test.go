@@ -104,14 +104,7 @@ func TestSlowWebhookEndsAtTheBudgetUnderRIE(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	rcv := webhooktest.Start(t)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
-		select {
-		case <-release:
-		case <-time.After(time.Minute):
-		}
-	})
+	rcv.Hang(t)
 	id := hookDelivery(t, db, rcv)
 	fn := hookFn(t, db, rcv, secret(t, "k"), map[string]string{"DELIVER_PASS_BUDGET": "2s", "DELIVER_WEBHOOK_TIMEOUT": "1m"})
 	start := time.Now()

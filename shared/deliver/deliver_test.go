@@ -93,10 +93,8 @@ func TestUnknownAndDisabledRecipientsAreDeadWithTheirReason(t *testing.T) {
 // recipient, kind and tenant as headers; 2xx acks it.
 func TestWebhookIsSignedAndAcked(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
+	db, rcv := hookScene(t)
 	arn := newSecret(t, `{"current":"k-one"}`)
-	addRecipient(t, db, "hook", rcv.URL+"/in")
 	tenant := "acme"
 	id := enqueue(t, db, "hook", "order.shipped", `{"order":1}`, &tenant)
 	r := runPass(t, newTestService(t, db, hookConfig(rcv, arn)))
@@ -134,10 +132,8 @@ func TestWebhookIsSignedAndAcked(t *testing.T) {
 // the old) each request verifies with either key; after it, only the new.
 func TestSignatureVerifiesAcrossAKeyRotation(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
+	db, rcv := hookScene(t)
 	arn := newSecret(t, `{"current":"old-key"}`)
-	addRecipient(t, db, "hook", rcv.URL+"/in")
 	s := newTestService(t, db, hookConfig(rcv, arn))
 	verifies := func(req webhooktest.Request, key string) bool {
 		return Verify([]byte(key), req.Header.Get(HeaderTimestamp), req.Header.Get(HeaderSignature), req.Body, time.Now(), time.Minute) == nil
@@ -186,13 +182,11 @@ func TestWebhookAnswers(t *testing.T) {
 	} {
 		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
 			t.Parallel()
-			db := testdb.New(t)
-			rcv := webhooktest.Start(t)
+			db, rcv := hookScene(t)
 			rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
 				w.Header().Set("Location", "https://169.254.169.254/")
 				w.WriteHeader(c.status)
 			})
-			addRecipient(t, db, "hook", rcv.URL+"/in")
 			id := enqueue(t, db, "hook", "k", `{}`, nil)
 			runPass(t, newTestService(t, db, hookConfig(rcv, newSecret(t, "key"))))
 			st, reason := stateOf(t, db, id)
@@ -215,8 +209,7 @@ func TestWebhookAnswers(t *testing.T) {
 // twice, and the delivery ends acked.
 func TestLostAnswerIsRedeliveredWithTheSameID(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
+	db, rcv := hookScene(t)
 	var calls sync.Mutex
 	n := 0
 	rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
@@ -233,7 +226,6 @@ func TestLostAnswerIsRedeliveredWithTheSameID(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	addRecipient(t, db, "hook", rcv.URL+"/in")
 	id := enqueue(t, db, "hook", "k", `{}`, nil)
 	s := newTestService(t, db, hookConfig(rcv, newSecret(t, "key")))
 	if r := runPass(t, s); r.PushFailed != 1 {
@@ -266,18 +258,8 @@ func TestLostAnswerIsRedeliveredWithTheSameID(t *testing.T) {
 // normally soon after it, the push failed and the row left delivered.
 func TestSlowWebhookEndsAtTheBudget(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
-		select {
-		case <-release:
-		case <-time.After(30 * time.Second):
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	addRecipient(t, db, "hook", rcv.URL+"/in")
+	db, rcv := hookScene(t)
+	rcv.Hang(t)
 	id := enqueue(t, db, "hook", "k", `{}`, nil)
 	cfg := hookConfig(rcv, newSecret(t, "key"))
 	cfg.PassBudget, cfg.WebhookTimeout = 1500*time.Millisecond, time.Minute
@@ -299,9 +281,7 @@ func TestSlowWebhookEndsAtTheBudget(t *testing.T) {
 // sweep.
 func TestPrivateAddressIsRefusedAtPush(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
-	addRecipient(t, db, "hook", rcv.URL+"/in")
+	db, rcv := hookScene(t)
 	id := enqueue(t, db, "hook", "k", `{}`, nil)
 	cfg := hookConfig(rcv, newSecret(t, "key"))
 	cfg.AllowLoopback = false
@@ -322,9 +302,7 @@ func TestPrivateAddressIsRefusedAtPush(t *testing.T) {
 // disjoint.
 func TestTwoPassesAtOnceDeliverEachRowOnce(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
-	addRecipient(t, db, "hook", rcv.URL+"/in")
+	db, rcv := hookScene(t)
 	// Few enough that the passes finish well inside their budget: a push
 	// the budget cuts off is the sweep's, and would arrive again.
 	const n = 200

@@ -56,6 +56,16 @@ func runPass(t *testing.T, s *Service) *Result {
 	return res
 }
 
+// hookScene is a database with one recipient, "hook", a webhook to the
+// receiver it returns (which answers 204 until told otherwise).
+func hookScene(t *testing.T) (*testdb.DB, *webhooktest.Receiver) {
+	t.Helper()
+	db := testdb.New(t)
+	rcv := webhooktest.Start(t)
+	addRecipient(t, db, "hook", rcv.URL+"/in")
+	return db, rcv
+}
+
 // addRecipient adds a recipient as the operator does, unchecked.
 func addRecipient(t *testing.T, db *testdb.DB, name, target string) {
 	t.Helper()
