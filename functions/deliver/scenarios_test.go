@@ -30,14 +30,6 @@ func hookFn(t *testing.T, db *testdb.DB, rcv *webhooktest.Receiver, arn string, 
 	return deliverFn(t, db, vars)
 }
 
-func stateOf(t *testing.T, db *testdb.DB, id int64) (state, reason string) {
-	t.Helper()
-	if err := db.Pool.QueryRow(context.Background(), `SELECT state, coalesce(dead_reason, '') FROM outbox.deliveries WHERE id = $1`, id).Scan(&state, &reason); err != nil {
-		t.Fatal(err)
-	}
-	return state, reason
-}
-
 func hookDelivery(t *testing.T, db *testdb.DB, rcv *webhooktest.Receiver) int64 {
 	t.Helper()
 	db.Exec(t, `INSERT INTO outbox.recipients (name, target) VALUES ('hook', $1) ON CONFLICT DO NOTHING`, rcv.URL+"/in")
@@ -55,7 +47,7 @@ func TestGoneMakesTheDeliveryDead(t *testing.T) {
 	if r.Dead[deliver.ReasonGone] != 1 {
 		t.Errorf("dead %v, want 1 gone", r.Dead)
 	}
-	if st, reason := stateOf(t, db, id); st != store.StateDead || reason != deliver.ReasonGone {
+	if st, reason := db.DeliveryState(t, id); st != store.StateDead || reason != deliver.ReasonGone {
 		t.Errorf("the delivery is %s (%q), want dead (gone)", st, reason)
 	}
 }
@@ -66,18 +58,7 @@ func TestLostAnswerArrivesTwiceWithOneID(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	rcv := webhooktest.Start(t)
-	var mu sync.Mutex
-	calls := 0
-	rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
-		mu.Lock()
-		calls++
-		first := calls == 1
-		mu.Unlock()
-		if first {
-			panic(http.ErrAbortHandler)
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	rcv.LoseFirstAnswer()
 	id := hookDelivery(t, db, rcv)
 	fn := hookFn(t, db, rcv, secret(t, "k"), nil)
 	if r := invoke(t, fn); r.PushFailed != 1 {
@@ -93,9 +74,7 @@ func TestLostAnswerArrivesTwiceWithOneID(t *testing.T) {
 		reqs[1].Header.Get(deliver.HeaderDeliveryID) != strconv.FormatInt(id, 10) {
 		t.Errorf("the receiver got %d requests, want delivery %d twice", len(reqs), id)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateAcked {
-		t.Errorf("the delivery is %s, want acked", st)
-	}
+	db.WantDeliveryState(t, id, store.StateAcked)
 }
 
 // A webhook that never answers ends at the pass budget: the invocation
@@ -115,9 +94,7 @@ func TestSlowWebhookEndsAtTheBudgetUnderRIE(t *testing.T) {
 	if r.PushFailed != 1 || r.Error != "" {
 		t.Errorf("push_failed %d error %q, want 1 and none", r.PushFailed, r.Error)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateDelivered {
-		t.Errorf("the delivery is %s, want delivered", st)
-	}
+	db.WantDeliveryState(t, id, store.StateDelivered)
 }
 
 // A rotation reaches the next pass: with {"current":new,"previous":old}

@@ -29,9 +29,7 @@ func TestDeliveryToAQueueIsAcked(t *testing.T) {
 	if r.Delivered != 1 {
 		t.Errorf("delivered %d, want 1", r.Delivered)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateAcked {
-		t.Errorf("the delivery is %s, want acked", st)
-	}
+	db.WantDeliveryState(t, id, store.StateAcked)
 	msgs := sqstest.Drain(t, c, url, 1, 5*time.Second)
 	if len(msgs) != 1 {
 		t.Fatalf("the queue holds %d messages, want 1", len(msgs))
@@ -75,7 +73,7 @@ func TestUnknownAndDisabledRecipientsAreDeadWithTheirReason(t *testing.T) {
 		reason string
 	}{{unknown, ReasonUnknownRecipient}, {disabled, ReasonRecipientDisabled}} {
 		t.Run(c.reason, func(t *testing.T) {
-			st, reason := stateOf(t, db, c.id)
+			st, reason := db.DeliveryState(t, c.id)
 			if st != store.StateDead {
 				t.Errorf("state %s, want dead", st)
 			}
@@ -123,9 +121,7 @@ func TestWebhookIsSignedAndAcked(t *testing.T) {
 	if err := Verify([]byte("k-one"), h.Get(HeaderTimestamp), h.Get(HeaderSignature), reqs[0].Body, time.Now(), 5*time.Minute); err != nil {
 		t.Errorf("the signature does not verify with the key: %v", err)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateAcked {
-		t.Errorf("the delivery is %s, want acked", st)
-	}
+	db.WantDeliveryState(t, id, store.StateAcked)
 }
 
 // During a rotation (the secret's "current" is the new key, "previous"
@@ -189,7 +185,7 @@ func TestWebhookAnswers(t *testing.T) {
 			})
 			id := enqueue(t, db, "hook", "k", `{}`, nil)
 			runPass(t, newTestService(t, db, hookConfig(rcv, newSecret(t, "key"))))
-			st, reason := stateOf(t, db, id)
+			st, reason := db.DeliveryState(t, id)
 			if st != c.state {
 				t.Errorf("state %s, want %s", st, c.state)
 			}
@@ -210,28 +206,13 @@ func TestWebhookAnswers(t *testing.T) {
 func TestLostAnswerIsRedeliveredWithTheSameID(t *testing.T) {
 	t.Parallel()
 	db, rcv := hookScene(t)
-	var calls sync.Mutex
-	n := 0
-	rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
-		calls.Lock()
-		n++
-		first := n == 1
-		calls.Unlock()
-		if first {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				conn.Close()
-			}
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	rcv.LoseFirstAnswer()
 	id := enqueue(t, db, "hook", "k", `{}`, nil)
 	s := newTestService(t, db, hookConfig(rcv, newSecret(t, "key")))
 	if r := runPass(t, s); r.PushFailed != 1 {
 		t.Errorf("first pass: %d failed pushes, want 1", r.PushFailed)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateDelivered {
+	if st, _ := db.DeliveryState(t, id); st != store.StateDelivered {
 		t.Fatalf("after the lost answer the delivery is %s, want delivered", st)
 	}
 	b, err := store.NewDeliverySweep(store.MustSchema(testdb.Schema)).ResetStuck(context.Background(), db.Pool,
@@ -249,9 +230,7 @@ func TestLostAnswerIsRedeliveredWithTheSameID(t *testing.T) {
 	if a, b := reqs[0].Header.Get(HeaderDeliveryID), reqs[1].Header.Get(HeaderDeliveryID); a != b || a != strconv.FormatInt(id, 10) {
 		t.Errorf("delivery ids %q and %q, want %d twice", a, b, id)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateAcked {
-		t.Errorf("the delivery is %s, want acked", st)
-	}
+	db.WantDeliveryState(t, id, store.StateAcked)
 }
 
 // A webhook that does not answer ends at the budget: the pass returns
@@ -271,9 +250,7 @@ func TestSlowWebhookEndsAtTheBudget(t *testing.T) {
 	if r.PushFailed != 1 {
 		t.Errorf("%d failed pushes, want 1", r.PushFailed)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateDelivered {
-		t.Errorf("the delivery is %s, want delivered (the sweep's)", st)
-	}
+	db.WantDeliveryState(t, id, store.StateDelivered)
 }
 
 // A webhook whose allowed host resolves to a loopback address is refused
@@ -292,9 +269,7 @@ func TestPrivateAddressIsRefusedAtPush(t *testing.T) {
 	if n := len(rcv.Requests()); n != 0 {
 		t.Errorf("the receiver got %d requests, want none", n)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateDelivered {
-		t.Errorf("the delivery is %s, want delivered", st)
-	}
+	db.WantDeliveryState(t, id, store.StateDelivered)
 }
 
 // Two passes at once, each watching, deliver every row once: the lease

@@ -77,13 +77,3 @@ func enqueue(t *testing.T, db *testdb.DB, recipient, kind, payload string, tenan
 	t.Helper()
 	return testdb.Scalar[int64](t, db.Pool, `SELECT outbox.enqueue($1, $2, convert_to($3, 'UTF8'), $4)`, recipient, kind, payload, tenant)
 }
-
-// stateOf is a delivery's state and dead_reason ("" for none).
-func stateOf(t *testing.T, db *testdb.DB, id int64) (string, string) {
-	t.Helper()
-	var state, reason string
-	if err := db.Pool.QueryRow(context.Background(), `SELECT state, coalesce(dead_reason, '') FROM outbox.deliveries WHERE id = $1`, id).Scan(&state, &reason); err != nil {
-		t.Fatal(err)
-	}
-	return state, reason
-}

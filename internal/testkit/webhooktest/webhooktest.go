@@ -82,6 +82,24 @@ func (r *Receiver) Status(code int) {
 	r.Answer(func(_ Request, w http.ResponseWriter) { w.WriteHeader(code) })
 }
 
+// LoseFirstAnswer makes the first request's answer be lost (the handler
+// aborts, the connection closes with no response: the receiver took it,
+// the sender cannot know) and every later one answer 200.
+func (r *Receiver) LoseFirstAnswer() {
+	var mu sync.Mutex
+	calls := 0
+	r.Answer(func(_ Request, w http.ResponseWriter) {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if first {
+			panic(http.ErrAbortHandler)
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
 // Hang makes every answer wait until the test ends (a minute at most): a
 // webhook that never answers within any budget a test gives. Called after
 // Start, its cleanup frees the waiting handlers before the server closes.
