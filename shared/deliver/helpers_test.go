@@ -35,7 +35,9 @@ func hookConfig(rcv *webhooktest.Receiver, arn string) Config {
 	}
 }
 
-func newTestService(t *testing.T, db *testdb.DB, cfg Config) *Service {
+// newTestService is a Service on db with cfg, its logs and metrics
+// discarded.
+func newTestService(t testing.TB, db *testdb.DB, cfg Config) *Service {
 	t.Helper()
 	cfg.Schema = testdb.Schema
 	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(t), Options: pass.Options{
