@@ -214,8 +214,7 @@ func TestRule6WriterCannotNameTheColumnsTheDefaultsOwn(t *testing.T) {
 		{"replacing the allocator", `CREATE OR REPLACE FUNCTION outbox.next_sequence() RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint'`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := writer.Pool.Exec(ctx, c.sql)
-			refused(t, c.name, err)
+			refuses(t, writer.Pool, c.name, c.sql)
 		})
 	}
 	t.Run("COPY naming the sequence", func(t *testing.T) {
@@ -717,25 +716,7 @@ func TestMigrationKeepsTheGrantsOfTheFunctionsItReplaces(t *testing.T) {
 	db := testdb.New(t)
 	const schema = "regrant"
 	conn := db.Connect(t)
-	list, err := migrate.Load(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := 0 // the last migration before 0019
-	for _, m := range list {
-		if m.Version() < 19 {
-			before = m.Version()
-		}
-	}
-	files, err := migrate.ToolFiles(schema, migrate.Plain, 0, before)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if _, err := conn.Exec(ctx, f.Body, pgx.QueryExecModeSimpleProtocol); err != nil {
-			t.Fatalf("%s: %v", f.Name, err)
-		}
-	}
+	applyBefore(t, conn, schema, 19)
 	reader := db.NewRole(t)
 	writer := db.NewRole(t)
 	testdb.Exec(t, conn, `SELECT regrant.grant_writer($1)`, writer.Name)

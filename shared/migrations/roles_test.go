@@ -35,6 +35,15 @@ func refused(t *testing.T, what string, err error) {
 	}
 }
 
+// refuses asserts that q refuses sql (with args) as insufficient_privilege.
+func refuses(t *testing.T, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, what, sql string, args ...any) {
+	t.Helper()
+	_, err := q.Exec(context.Background(), sql, args...)
+	refused(t, what, err)
+}
+
 func quiet() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)) }
 
 // The application's role publishes (SQL and Go), reads, and drives
@@ -75,18 +84,12 @@ func TestWriterRole(t *testing.T) {
 		t.Errorf("the event publish() wrote has xid %v (%v), want the writer's", xid, err)
 	}
 
-	_, err = writer.Pool.Exec(ctx, `SELECT nextval('outbox.events_sequence_seq')`)
-	refused(t, "nextval", err)
-	_, err = writer.Pool.Exec(ctx, `SELECT setval('outbox.events_sequence_seq', 100)`)
-	refused(t, "setval", err)
-	_, err = writer.Pool.Exec(ctx, `INSERT INTO outbox.events (sequence, xid, topic, payload) VALUES (1000, pg_current_xact_id(), 't', '{}')`)
-	refused(t, "insert an event", err)
-	_, err = writer.Pool.Exec(ctx, `INSERT INTO outbox.events (sequence, filled_by) VALUES (1001, 'fill')`)
-	refused(t, "insert a placeholder", err)
-	_, err = writer.Pool.Exec(ctx, `ALTER SEQUENCE outbox.events_sequence_seq CACHE 1`)
-	refused(t, "alter the sequence", err)
-	_, err = writer.Pool.Exec(ctx, `SELECT outbox.grant_maintainer($1)`, writer.Name)
-	refused(t, "grant itself the maintainer's privileges", err)
+	refuses(t, writer.Pool, "nextval", `SELECT nextval('outbox.events_sequence_seq')`)
+	refuses(t, writer.Pool, "setval", `SELECT setval('outbox.events_sequence_seq', 100)`)
+	refuses(t, writer.Pool, "insert an event", `INSERT INTO outbox.events (sequence, xid, topic, payload) VALUES (1000, pg_current_xact_id(), 't', '{}')`)
+	refuses(t, writer.Pool, "insert a placeholder", `INSERT INTO outbox.events (sequence, filled_by) VALUES (1001, 'fill')`)
+	refuses(t, writer.Pool, "alter the sequence", `ALTER SEQUENCE outbox.events_sequence_seq CACHE 1`)
+	refuses(t, writer.Pool, "grant itself the maintainer's privileges", `SELECT outbox.grant_maintainer($1)`, writer.Name)
 
 	// Deliveries through shared/outbox's statements.
 	id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "billing", Kind: "invoice", Payload: []byte("x")})
@@ -113,10 +116,8 @@ func TestWriterRole(t *testing.T) {
 	if err := ob.Ack(ctx, nil, id); err != nil {
 		t.Errorf("Ack: %v", err)
 	}
-	_, err = writer.Pool.Exec(ctx, `UPDATE outbox.deliveries SET redeliveries = 0`)
-	refused(t, "reset redeliveries", err)
-	_, err = writer.Pool.Exec(ctx, `DELETE FROM outbox.deliveries`)
-	refused(t, "delete deliveries", err)
+	refuses(t, writer.Pool, "reset redeliveries", `UPDATE outbox.deliveries SET redeliveries = 0`)
+	refuses(t, writer.Pool, "delete deliveries", `DELETE FROM outbox.deliveries`)
 }
 
 // The application's consumers read with read_events and keep their
@@ -143,12 +144,9 @@ func TestWriterRoleConsumes(t *testing.T) {
 	if stored != 2 {
 		t.Errorf("commit_position stored %d, want 2", stored)
 	}
-	_, err := writer.Pool.Exec(ctx, `UPDATE outbox.consumers SET position = 0`)
-	refused(t, "move a position by hand", err)
-	_, err = writer.Pool.Exec(ctx, `DELETE FROM outbox.events`)
-	refused(t, "delete events", err)
-	_, err = writer.Pool.Exec(ctx, `SELECT owner FROM outbox.leases`)
-	refused(t, "read the fill's lease", err)
+	refuses(t, writer.Pool, "move a position by hand", `UPDATE outbox.consumers SET position = 0`)
+	refuses(t, writer.Pool, "delete events", `DELETE FROM outbox.events`)
+	refuses(t, writer.Pool, "read the fill's lease", `SELECT owner FROM outbox.leases`)
 }
 
 // A role the grant functions did not set up cannot move a consumer's
@@ -158,10 +156,8 @@ func TestCommitPositionIsNotPublic(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	other := db.NewRole(t)
-	ctx := context.Background()
 	db.Exec(t, `GRANT USAGE ON SCHEMA outbox TO `+pgx.Identifier{other.Name}.Sanitize())
-	_, err := other.Pool.Exec(ctx, `SELECT outbox.commit_position('ledger', 0)`)
-	refused(t, "commit_position by a role not set up", err)
+	refuses(t, other.Pool, "commit_position by a role not set up", `SELECT outbox.commit_position('ledger', 0)`)
 }
 
 // Every function of ours is executable only by the roles the grant
@@ -179,8 +175,7 @@ func TestNoFunctionIsExecutableByPublic(t *testing.T) {
 	}
 	writer := db.Writer(t)
 	for _, call := range []string{`SELECT * FROM outbox.sweep_reset(0, 1, 0)`, `SELECT * FROM outbox.present_after(0, 1)`} {
-		_, err := writer.Pool.Exec(context.Background(), call)
-		refused(t, "the writer: "+call, err)
+		refuses(t, writer.Pool, "the writer: "+call, call)
 	}
 }
 
@@ -208,14 +203,10 @@ func TestMaintainerRunsEveryFunction(t *testing.T) {
 	if stored := testdb.Scalar[int64](t, m.Pool, `SELECT outbox.commit_position('relay:default', 1)`); stored != 1 {
 		t.Errorf("commit_position as the maintainer stored %d, want 1", stored)
 	}
-	_, err := m.Pool.Exec(ctx, `UPDATE outbox.consumers SET position = 0`)
-	refused(t, "maintainer moves a position by hand", err)
-	_, err = m.Pool.Exec(ctx, `SELECT nextval('outbox.events_sequence_seq')`)
-	refused(t, "maintainer nextval", err)
-	_, err = m.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`)
-	refused(t, "maintainer publish", err)
-	_, err = m.Pool.Exec(ctx, `INSERT INTO outbox.events (sequence, topic, payload) VALUES (9999, 't', '{}')`)
-	refused(t, "maintainer inserts a real event", err)
+	refuses(t, m.Pool, "maintainer moves a position by hand", `UPDATE outbox.consumers SET position = 0`)
+	refuses(t, m.Pool, "maintainer nextval", `SELECT nextval('outbox.events_sequence_seq')`)
+	refuses(t, m.Pool, "maintainer publish", `SELECT outbox.publish('t', '{}')`)
+	refuses(t, m.Pool, "maintainer inserts a real event", `INSERT INTO outbox.events (sequence, topic, payload) VALUES (9999, 't', '{}')`)
 }
 
 // TestRule6WriterRoleCannotBreakRule1 is docs/design.md §3.6. A writer that
@@ -273,11 +264,9 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = wtx.Exec(ctx, `SELECT nextval('outbox.events_sequence_seq')`)
-			refused(t, "the writer role's nextval", err)
+			refuses(t, wtx, "the writer role's nextval", `SELECT nextval('outbox.events_sequence_seq')`)
 			_ = wtx.Rollback(ctx)
-			_, err = wconn.Exec(ctx, `INSERT INTO outbox.events (sequence, xid, topic, payload) VALUES ($1, pg_current_xact_id(), 't', '{}')`, held+100)
-			refused(t, "the writer role's direct insert", err)
+			refuses(t, wconn, "the writer role's direct insert", `INSERT INTO outbox.events (sequence, xid, topic, payload) VALUES ($1, pg_current_xact_id(), 't', '{}')`, held+100)
 		})
 	}
 }
