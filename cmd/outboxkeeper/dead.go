@@ -40,14 +40,11 @@ dead rows after PRUNE_DEAD_AFTER (default 168h).`,
 		f := &deadListFlags{}
 		addDBFlags(fs, &f.dbFlags)
 		fs.DurationVar(&f.olderThan, "older-than", 0, "only rows dead at least this long (e.g. 1h)")
-		fs.IntVar(&f.limit, "limit", 50, "at most this many rows")
+		addLimit(fs, &f.limit, 50, 10000, "at most this many rows")
 		return f
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*deadListFlags)
-		if f.limit < 1 || f.limit > 10000 {
-			return usagef("--limit %d: must be between 1 and 10000", f.limit)
-		}
 		if f.olderThan < 0 {
 			return usagef("--older-than %s: must not be negative", f.olderThan)
 		}
@@ -135,7 +132,7 @@ Exit status 3 when an --id was not reset (not dead any more, or no such row).`,
 		fs.Var(&f.ids, "id", "a dead delivery's id (repeat, or separate with commas)")
 		fs.BoolVar(&f.all, "all", false, "every dead delivery (with --older-than: dead at least that long)")
 		fs.DurationVar(&f.olderThan, "older-than", 0, "with --all: only rows dead at least this long")
-		fs.IntVar(&f.limit, "limit", 10000, "with --all: at most this many rows in this run")
+		addLimit(fs, &f.limit, 10000, 100000, "with --all: at most this many rows in this run")
 		return f
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
@@ -148,8 +145,6 @@ Exit status 3 when an --id was not reset (not dead any more, or no such row).`,
 			return usagef("--older-than goes with --all")
 		case f.olderThan < 0:
 			return usagef("--older-than %s: must not be negative", f.olderThan)
-		case f.limit < 1 || f.limit > 100000:
-			return usagef("--limit %d: must be between 1 and 100000", f.limit)
 		}
 		l, err := connect(ctx, e, f.schema)
 		if err != nil {

@@ -143,14 +143,11 @@ tries (STATE failing: not parked yet, or never with RELAY_MAX_ATTEMPTS=0).`,
 		addDBFlags(fs, &f.dbFlags)
 		fs.StringVar(&f.relay, "relay", "", "only this relay (RELAY_NAME; default: every relay)")
 		fs.BoolVar(&f.all, "all", false, "also re-sent events and those still tried")
-		fs.IntVar(&f.limit, "limit", 50, "at most this many rows")
+		addLimit(fs, &f.limit, 50, 10000, "at most this many rows")
 		return f
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*relayParkedListFlags)
-		if f.limit < 1 || f.limit > 10000 {
-			return usagef("--limit %d: must be between 1 and 10000", f.limit)
-		}
 		l, err := connect(ctx, e, f.schema)
 		if err != nil {
 			return err
