@@ -21,6 +21,7 @@ import (
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
+	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -58,6 +59,33 @@ func sweepPass(t *testing.T, db *testdb.DB) {
 	if _, err := s.RunOnce(context.Background(), nil); err != nil {
 		t.Fatalf("sweep pass: %v", err)
 	}
+}
+
+// prunePass runs one prune pass with an event retention (0: none), so
+// prune_state records it.
+func prunePass(t *testing.T, db *testdb.DB, eventsAfter time.Duration) *prune.Result {
+	t.Helper()
+	s, err := prune.New(db.Pool, prune.Config{EventsAfter: eventsAfter},
+		prune.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.RunOnce(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("prune pass: %v", err)
+	}
+	return res
+}
+
+// healthyDB is a database whose one event is published and filled, and
+// whose sweep has run: an outbox with nothing to report.
+func healthyDB(t *testing.T) *testdb.DB {
+	t.Helper()
+	db := testdb.New(t)
+	publish(t, db)
+	fillPass(t, db)
+	sweepPass(t, db)
+	return db
 }
 
 func publish(t *testing.T, db *testdb.DB) int64 {
