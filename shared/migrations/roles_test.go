@@ -362,6 +362,26 @@ func TestPublishIgnoresTheCallersSearchPath(t *testing.T) {
 	}
 }
 
+// rolledBackPublish publishes one event in a transaction it rolls back,
+// and returns the sequence it burned and the writer's xid.
+func rolledBackPublish(t *testing.T, db *testdb.DB) (int64, string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq int64
+	var xid string
+	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&seq, &xid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return seq, xid
+}
+
 // everyPassDoesItsWork runs fill, compensate, sweep and prune on pool,
 // each on work set up for it with the owner's db.Pool, and checks each did
 // it: the maintainer role's test, and the planted-operator test's.
@@ -375,18 +395,7 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	}
 	// fill: 1 committed, 2 rolled back, 3 committed.
 	exec(`SELECT outbox.publish('t', '{}')`)
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var burned int64
-	var burnedXID string
-	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&burned, &burnedXID); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rolledBackPublish(t, db)
 	exec(`SELECT outbox.publish('t', '{}')`)
 	fs, err := fill.New(pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
 		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
@@ -402,18 +411,7 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	}
 
 	// compensate: a reported rollback of a finished writer.
-	tx, err = db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reported int64
-	var reportedXID string
-	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&reported, &reportedXID); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	reported, reportedXID := rolledBackPublish(t, db)
 	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}, SQS: sqstest.Client(t)})
 	if err != nil {
 		t.Fatal(err)
