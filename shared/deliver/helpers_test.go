@@ -2,13 +2,11 @@ package deliver
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/webhooktest"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
@@ -40,8 +38,7 @@ func hookConfig(rcv *webhooktest.Receiver, arn string) Config {
 func newTestService(t testing.TB, db *testdb.DB, cfg Config) *Service {
 	t.Helper()
 	cfg.Schema = testdb.Schema
-	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(t), Options: pass.Options{
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "deliver", Out: io.Discard}}})
+	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(t), Options: passtest.Options("deliver")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"testing"
 	"time"
@@ -14,14 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // The plain INSERT path (migration 0019): INSERT INTO outbox.events
@@ -45,12 +42,7 @@ func fillPass(t *testing.T, pool *pgxpool.Pool, budget time.Duration) *fill.Resu
 // newFill is the fill of fillPass: bounded, no grace, short ticks.
 func newFill(t *testing.T, pool *pgxpool.Pool, budget time.Duration) *fill.Service {
 	t.Helper()
-	s, err := fill.New(pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: budget, Tick: 50 * time.Millisecond},
-		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return passtest.Fill(t, pool, budget)
 }
 
 // report hands compensate one rollback report, as its queue would, and
@@ -58,12 +50,7 @@ func newFill(t *testing.T, pool *pgxpool.Pool, budget time.Duration) *fill.Servi
 // without a DLQ).
 func report(t *testing.T, pool *pgxpool.Pool, body string) int {
 	t.Helper()
-	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{SQS: sqstest.Client(t), Options: pass.Options{Logger: quiet(),
-		Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := cs.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{
+	resp, err := passtest.Compensate(t, pool, compensate.Config{}).Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{
 		MessageId: "m1", Body: body, EventSource: "aws:sqs",
 		EventSourceARN: "arn:aws:sqs:us-east-1:000000000000:reports",
 		Attributes:     map[string]string{"ApproximateReceiveCount": "1"},

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -14,14 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
-	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -43,8 +38,6 @@ func refuses(t *testing.T, q interface {
 	_, err := q.Exec(context.Background(), sql, args...)
 	refused(t, what, err)
 }
-
-func quiet() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)) }
 
 // The application's role publishes (SQL and Go), reads, and drives
 // deliveries through shared/outbox; it can neither allocate a sequence nor
@@ -227,14 +220,8 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			db.Exec(t, `SELECT outbox.publish('t', '{}')`)
-			fs, err := fill.New(db.Pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
-				fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := fs.RunOnce(ctx, nil); err != nil { // anchors the watermark at 1
-				t.Fatal(err)
-			}
+			fs := passtest.Fill(t, db.Pool, 20*time.Second)
+			passtest.Run(t, ctx, fs) // anchors the watermark at 1
 
 			// The break, by a role that may nextval.
 			owner := db.Connect(t)
@@ -397,26 +384,14 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	exec(`SELECT outbox.publish('t', '{}')`)
 	rolledBackPublish(t, db)
 	exec(`SELECT outbox.publish('t', '{}')`)
-	fs, err := fill.New(pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
-		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fr, err := fs.RunOnce(ctx, nil)
-	if err != nil {
-		t.Fatalf("fill: %v", err)
-	}
+	fr := passtest.Run(t, ctx, passtest.Fill(t, pool, 20*time.Second))
 	if fr.Filled != 1 {
 		t.Errorf("fill: Filled = %d, want 1 (result %+v)", fr.Filled, fr)
 	}
 
 	// compensate: a reported rollback of a finished writer.
 	reported, reportedXID := rolledBackPublish(t, db)
-	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}, SQS: sqstest.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := cs.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{
+	resp, err := passtest.Compensate(t, pool, compensate.Config{}).Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{
 		MessageId:      "m1",
 		Body:           fmt.Sprintf(`{"v":1,"xid":%q,"sequences":[%d]}`, reportedXID, reported),
 		EventSource:    "aws:sqs",
@@ -442,14 +417,7 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 		VALUES ('r', 'k', '', 'delivered', 11, 10, now() - interval '2 minutes') RETURNING id`).Scan(&dying); err != nil {
 		t.Fatal(err)
 	}
-	ss, err := sweep.New(pool, sweep.Config{}, sweep.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sr, err := ss.RunOnce(ctx, nil)
-	if err != nil {
-		t.Fatalf("sweep: %v", err)
-	}
+	sr := passtest.Run(t, ctx, passtest.Sweep(t, pool, sweep.Config{}))
 	if sr.Reset != 1 {
 		t.Errorf("sweep: Reset = %d, want 1", sr.Reset)
 	}
@@ -461,15 +429,7 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	// (the fill has filled the gap, so 1..3 are contiguous).
 	exec(`UPDATE outbox.deliveries SET state = 'acked', created_at = now() - interval '2 days', acked_at = now() - interval '2 days' WHERE id = $1`, stuck)
 	exec(`UPDATE outbox.events SET recorded_at = now() - interval '2 days'`)
-	ps, err := prune.New(pool, prune.Config{EventsAfter: time.Hour},
-		prune.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, err := ps.RunOnce(ctx, nil)
-	if err != nil {
-		t.Fatalf("prune: %v", err)
-	}
+	pr := passtest.Run(t, ctx, passtest.Prune(t, pool, prune.Config{EventsAfter: time.Hour}))
 	if pr.DeletedAcked != 1 {
 		t.Errorf("prune: DeletedAcked = %d, want 1", pr.DeletedAcked)
 	}

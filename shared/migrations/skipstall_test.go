@@ -3,7 +3,6 @@ package migrations_test
 import (
 	"context"
 	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // skipScene is a test database whose fill watermark is anchored at 1 (one
@@ -27,12 +25,7 @@ func skipScene(t *testing.T) (*testdb.DB, context.Context) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
-	fs, err := fill.New(db.Pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 5 * time.Second, Tick: 50 * time.Millisecond},
-		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := fs.RunOnce(ctx, nil); err != nil || res.Watermark != 1 {
+	if res, err := passtest.Fill(t, db.Pool, 5*time.Second).RunOnce(ctx, nil); err != nil || res.Watermark != 1 {
 		t.Fatalf("anchoring pass: %v, %v", res, err)
 	}
 	tx, err := db.Pool.Begin(ctx)
