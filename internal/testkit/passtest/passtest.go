@@ -26,46 +26,41 @@ func Options(function string) pass.Options {
 	return pass.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: function, Out: io.Discard}}
 }
 
+// built fails the test with a constructor's error, or returns what it built.
+func built[S any](s S, err error) func(testing.TB) S {
+	return func(t testing.TB) S {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+}
+
 // Fill is a bounded fill with no grace (the tests make their stalls on
 // purpose) whose pass lasts at most budget, ticking every 50ms.
 func Fill(t testing.TB, db pass.DB, budget time.Duration) *fill.Service {
 	t.Helper()
-	s, err := fill.New(db, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: budget, Tick: 50 * time.Millisecond},
-		fill.Options{Options: Options("fill")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return built(fill.New(db, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: budget, Tick: 50 * time.Millisecond},
+		fill.Options{Options: Options("fill")}))(t)
 }
 
 // Sweep is a sweep with cfg.
 func Sweep(t testing.TB, db pass.DB, cfg sweep.Config) *sweep.Service {
 	t.Helper()
-	s, err := sweep.New(db, cfg, sweep.Options{Options: Options("sweep")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return built(sweep.New(db, cfg, sweep.Options{Options: Options("sweep")}))(t)
 }
 
 // Prune is a prune with cfg.
 func Prune(t testing.TB, db pass.DB, cfg prune.Config) *prune.Service {
 	t.Helper()
-	s, err := prune.New(db, cfg, prune.Options{Options: Options("prune")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return built(prune.New(db, cfg, prune.Options{Options: Options("prune")}))(t)
 }
 
 // Compensate is compensate with cfg, on the stack's SQS.
 func Compensate(t testing.TB, db pass.DB, cfg compensate.Config) *compensate.Service {
 	t.Helper()
-	s, err := compensate.New(db, cfg, compensate.Options{Options: Options("compensate"), SQS: sqstest.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return built(compensate.New(db, cfg, compensate.Options{Options: Options("compensate"), SQS: sqstest.Client(t)}))(t)
 }
 
 // Run runs one scheduled pass of s and returns its result, failing the
