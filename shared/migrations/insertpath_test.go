@@ -616,28 +616,14 @@ func TestPlainInsertIgnoresTheCallersSearchPath(t *testing.T) {
 	db := testdb.New(t)
 	writer := db.Writer(t)
 	ctx := context.Background()
-	db.Exec(t, `GRANT CREATE ON DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` TO `+pgx.Identifier{writer.Name}.Sanitize())
-	conn := writer.Connect(t)
-	for _, sql := range []string{
-		`CREATE SCHEMA planted`,
-		`CREATE FUNCTION planted.ran(what text) RETURNS text LANGUAGE plpgsql AS $$
-			BEGIN RAISE EXCEPTION 'planted % ran', what; END $$`,
-		`CREATE FUNCTION planted.pg_current_xact_id() RETURNS pg_catalog.xid8 LANGUAGE sql
-			AS $$ SELECT planted.ran('pg_current_xact_id')::pg_catalog.xid8 $$`,
-		`CREATE FUNCTION planted.nextval(pg_catalog.regclass) RETURNS bigint LANGUAGE sql
-			AS $$ SELECT planted.ran('nextval')::bigint $$`,
+	conn := plantSchema(t, db, writer,
 		`CREATE FUNCTION planted.next_sequence() RETURNS bigint LANGUAGE sql
 			AS $$ SELECT planted.ran('next_sequence')::bigint $$`,
 		`CREATE FUNCTION planted.eq(pg_catalog.xid8, pg_catalog.xid8) RETURNS boolean LANGUAGE sql
 			AS $$ SELECT planted.ran('=') IS NULL $$`,
 		`CREATE OPERATOR planted.= (LEFTARG = pg_catalog.xid8, RIGHTARG = pg_catalog.xid8, FUNCTION = planted.eq)`,
 		`CREATE DOMAIN planted.xid8 AS pg_catalog.xid8 CHECK (planted.ran('xid8') IS NULL)`,
-		`CREATE DOMAIN planted.regclass AS pg_catalog.regclass CHECK (planted.ran('regclass') IS NULL)`,
-	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("plant: %s: %v", sql, err)
-		}
-	}
+		`CREATE DOMAIN planted.regclass AS pg_catalog.regclass CHECK (planted.ran('regclass') IS NULL)`)
 	var seq int64
 	var xid, own string
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {

@@ -293,17 +293,8 @@ func TestPublishIgnoresTheCallersSearchPath(t *testing.T) {
 	db := testdb.New(t)
 	writer := db.Writer(t)
 	ctx := context.Background()
-	db.Exec(t, `GRANT CREATE ON DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` TO `+pgx.Identifier{writer.Name}.Sanitize())
 	db.Exec(t, `SELECT outbox.set_publish_notifications(true)`)
-	conn := writer.Connect(t)
-	for _, sql := range []string{
-		`CREATE SCHEMA planted`,
-		`CREATE FUNCTION planted.ran(what text) RETURNS text LANGUAGE plpgsql AS $$
-			BEGIN RAISE EXCEPTION 'planted % ran', what; END $$`,
-		`CREATE FUNCTION planted.pg_current_xact_id() RETURNS pg_catalog.xid8 LANGUAGE sql
-			AS $$ SELECT planted.ran('pg_current_xact_id')::pg_catalog.xid8 $$`,
-		`CREATE FUNCTION planted.nextval(pg_catalog.regclass) RETURNS bigint LANGUAGE sql
-			AS $$ SELECT planted.ran('nextval')::bigint $$`,
+	conn := plantSchema(t, db, writer,
 		`CREATE FUNCTION planted.pg_notify(pg_catalog.text, pg_catalog.text) RETURNS void LANGUAGE sql
 			AS $$ SELECT planted.ran('pg_notify')::pg_catalog.text; $$`,
 		`CREATE FUNCTION planted.current_setting(pg_catalog.text, boolean) RETURNS pg_catalog.text LANGUAGE sql
@@ -318,12 +309,7 @@ func TestPublishIgnoresTheCallersSearchPath(t *testing.T) {
 		`CREATE OPERATOR planted.|| (LEFTARG = pg_catalog.text, RIGHTARG = bigint, FUNCTION = planted.cat)`,
 		`CREATE DOMAIN planted.jsonb AS pg_catalog.jsonb CHECK (planted.ran('jsonb') IS NULL)`,
 		`CREATE DOMAIN planted.xid8 AS pg_catalog.xid8 CHECK (planted.ran('xid8') IS NULL)`,
-		`CREATE DOMAIN planted.text AS pg_catalog.text CHECK (planted.ran('text') IS NULL)`,
-	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("plant: %s: %v", sql, err)
-		}
-	}
+		`CREATE DOMAIN planted.text AS pg_catalog.text CHECK (planted.ran('text') IS NULL)`)
 	for name, sql := range map[string]string{
 		"publish":       `SELECT outbox.publish('t', '{"a":1}')`,
 		"publish_batch": `SELECT pg_catalog.max(s) FROM outbox.publish_batch('t', ARRAY['{"b":2}'::pg_catalog.jsonb, '{"c":3}']) s`,
