@@ -48,38 +48,35 @@ dead rows after PRUNE_DEAD_AFTER (default 168h).`,
 		if f.olderThan < 0 {
 			return usagef("--older-than %s: must not be negative", f.olderThan)
 		}
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		rows, err := store.NewDeliveryAdmin(store.MustSchema(l.schema)).ListDead(ctx, l.bounded(&f.dbFlags), f.olderThan, f.limit)
-		if err != nil {
-			return err
-		}
-		if f.json {
-			return printJSON(e.stdout, listed(rows))
-		}
-		if len(rows) == 0 {
-			_, err := fmt.Fprintln(e.stdout, "no dead deliveries")
-			return err
-		}
-		var out [][]string
-		for _, d := range rows {
-			tenant := "-"
-			if d.TenantID != nil {
-				tenant = *d.TenantID
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			rows, err := store.NewDeliveryAdmin(store.MustSchema(l.schema)).ListDead(ctx, l.bounded(&f.dbFlags), f.olderThan, f.limit)
+			if err != nil {
+				return err
 			}
-			out = append(out, []string{strconv.FormatInt(d.ID, 10), d.Recipient, d.Kind, tenant,
-				strconv.Itoa(d.Attempts), strconv.Itoa(d.Redeliveries), stamp(&d.CreatedAt), stamp(d.DeliveredAt), stamp(&d.DeadAt)})
-		}
-		if err := table(e.stdout, []string{"ID", "RECIPIENT", "KIND", "TENANT", "ATTEMPTS", "REDELIVERIES", "CREATED", "LAST PUSHED", "DEAD SINCE"}, out); err != nil {
+			if f.json {
+				return printJSON(e.stdout, listed(rows))
+			}
+			if len(rows) == 0 {
+				_, err := fmt.Fprintln(e.stdout, "no dead deliveries")
+				return err
+			}
+			var out [][]string
+			for _, d := range rows {
+				tenant := "-"
+				if d.TenantID != nil {
+					tenant = *d.TenantID
+				}
+				out = append(out, []string{strconv.FormatInt(d.ID, 10), d.Recipient, d.Kind, tenant,
+					strconv.Itoa(d.Attempts), strconv.Itoa(d.Redeliveries), stamp(&d.CreatedAt), stamp(d.DeliveredAt), stamp(&d.DeadAt)})
+			}
+			if err := table(e.stdout, []string{"ID", "RECIPIENT", "KIND", "TENANT", "ATTEMPTS", "REDELIVERIES", "CREATED", "LAST PUSHED", "DEAD SINCE"}, out); err != nil {
+				return err
+			}
+			if len(rows) == f.limit {
+				_, err = fmt.Fprintf(e.stdout, "(the first %d; --limit shows more)\n", f.limit)
+			}
 			return err
-		}
-		if len(rows) == f.limit {
-			_, err = fmt.Fprintf(e.stdout, "(the first %d; --limit shows more)\n", f.limit)
-		}
-		return err
+		})
 	},
 }
 
@@ -146,59 +143,56 @@ Exit status 3 when an --id was not reset (not dead any more, or no such row).`,
 		case f.olderThan < 0:
 			return usagef("--older-than %s: must not be negative", f.olderThan)
 		}
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		admin := store.NewDeliveryAdmin(store.MustSchema(l.schema))
-		q := l.bounded(&f.dbFlags)
-		if f.all {
-			reset, remaining, err := admin.RetryOlderThan(ctx, q, f.olderThan, f.limit)
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			admin := store.NewDeliveryAdmin(store.MustSchema(l.schema))
+			q := l.bounded(&f.dbFlags)
+			if f.all {
+				reset, remaining, err := admin.RetryOlderThan(ctx, q, f.olderThan, f.limit)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(e.stdout, map[string]int64{"reset": reset, "remaining": remaining})
+				}
+				fmt.Fprintf(e.stdout, "reset %d dead %s to pending\n", reset, plural(reset, "delivery", "deliveries"))
+				if remaining > 0 {
+					fmt.Fprintf(e.stdout, "%d more match (over --limit, or held by the sweep or a relay this instant): run it again\n", remaining)
+				}
+				return nil
+			}
+			ids := slices.Clone([]int64(f.ids))
+			slices.Sort(ids)
+			outcomes, err := admin.RetryIDs(ctx, q, slices.Compact(ids))
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(e.stdout, map[string]int64{"reset": reset, "remaining": remaining})
-			}
-			fmt.Fprintf(e.stdout, "reset %d dead %s to pending\n", reset, plural(reset, "delivery", "deliveries"))
-			if remaining > 0 {
-				fmt.Fprintf(e.stdout, "%d more match (over --limit, or held by the sweep or a relay this instant): run it again\n", remaining)
-			}
-			return nil
-		}
-		ids := slices.Clone([]int64(f.ids))
-		slices.Sort(ids)
-		outcomes, err := admin.RetryIDs(ctx, q, slices.Compact(ids))
-		if err != nil {
-			return err
-		}
-		var reset int64
-		var left []store.RetryOutcome
-		for _, o := range outcomes {
-			if o.Reset {
-				reset++
-			} else {
-				left = append(left, o)
-			}
-		}
-		if f.json {
-			if err := printJSON(e.stdout, map[string]any{"reset": reset, "outcomes": outcomes}); err != nil {
-				return err
-			}
-		} else {
-			fmt.Fprintf(e.stdout, "reset %d of %d dead %s to pending\n", reset, len(outcomes), plural(int64(len(outcomes)), "delivery", "deliveries"))
-			for _, o := range left {
-				if o.State == "" {
-					fmt.Fprintf(e.stdout, "  %d: no such delivery\n", o.ID)
+			var reset int64
+			var left []store.RetryOutcome
+			for _, o := range outcomes {
+				if o.Reset {
+					reset++
 				} else {
-					fmt.Fprintf(e.stdout, "  %d: not dead (it is %s): left alone\n", o.ID, o.State)
+					left = append(left, o)
 				}
 			}
-		}
-		if len(left) > 0 {
-			return errAttention
-		}
-		return nil
+			if f.json {
+				if err := printJSON(e.stdout, map[string]any{"reset": reset, "outcomes": outcomes}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(e.stdout, "reset %d of %d dead %s to pending\n", reset, len(outcomes), plural(int64(len(outcomes)), "delivery", "deliveries"))
+				for _, o := range left {
+					if o.State == "" {
+						fmt.Fprintf(e.stdout, "  %d: no such delivery\n", o.ID)
+					} else {
+						fmt.Fprintf(e.stdout, "  %d: not dead (it is %s): left alone\n", o.ID, o.State)
+					}
+				}
+			}
+			if len(left) > 0 {
+				return errAttention
+			}
+			return nil
+		})
 	},
 }
