@@ -78,37 +78,34 @@ func runAdopt(ctx context.Context, e *env, opts any) error {
 	if _, err := migrations.SplitTable(f.opts.Table); err != nil {
 		return usagef("--table %q: want schema.table", f.opts.Table)
 	}
-	l, err := connect(ctx, e, f.schema)
-	if err != nil {
-		return err
-	}
-	defer l.pool.Close()
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	f.opts.OnLockTimeout = lockWaitNote(e, "adopt")
-	res, err := migrations.Adopt(ctx, l.pool, l.schema, f.opts)
-	if err != nil {
-		return err
-	}
-	if f.json {
-		out := struct {
-			Schema   string `json:"schema"`
-			Database string `json:"database"`
-			*migrations.AdoptResult
-		}{l.schema, l.target, res}
-		return printJSON(e.stdout, out)
-	}
-	p := func(format string, args ...any) { fmt.Fprintf(e.stdout, format, args...) }
-	if len(res.Migrated) > 0 {
-		p("schema %s on %s: applied %d migrations first\n", l.schema, l.target, len(res.Migrated))
-	}
-	p("adopted %s: its %d rows are now in %s; inserts into %s publish to %s.events\n", res.View, res.LegacyRows, res.Archive, res.View, l.schema)
-	p("the outbox's sequences continue after %d (the last old id); consumer %s starts there\n\n", res.SwitchAt, res.Consumer)
-	p("next:\n")
-	p("  1. let the old relay drain the old rows through %s, unchanged; retire it once\n", res.View)
-	p("     every one is sent (a relay that marks rows: none left unmarked; one that polls\n")
-	p("     id > last: last at %d or above, legacy_max_id)\n", res.LegacyMaxID)
-	p("  2. start outboxkeeper's relay (consumer %s)\n", res.Consumer)
-	p("  3. set up the application's role for the read side if it consumes: SELECT %s.grant_writer('<role>')\n", l.schema)
-	return nil
+	return withLogin(ctx, e, f.schema, func(l *login) error {
+		ctx, cancel := context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+		f.opts.OnLockTimeout = lockWaitNote(e, "adopt")
+		res, err := migrations.Adopt(ctx, l.pool, l.schema, f.opts)
+		if err != nil {
+			return err
+		}
+		if f.json {
+			out := struct {
+				Schema   string `json:"schema"`
+				Database string `json:"database"`
+				*migrations.AdoptResult
+			}{l.schema, l.target, res}
+			return printJSON(e.stdout, out)
+		}
+		p := func(format string, args ...any) { fmt.Fprintf(e.stdout, format, args...) }
+		if len(res.Migrated) > 0 {
+			p("schema %s on %s: applied %d migrations first\n", l.schema, l.target, len(res.Migrated))
+		}
+		p("adopted %s: its %d rows are now in %s; inserts into %s publish to %s.events\n", res.View, res.LegacyRows, res.Archive, res.View, l.schema)
+		p("the outbox's sequences continue after %d (the last old id); consumer %s starts there\n\n", res.SwitchAt, res.Consumer)
+		p("next:\n")
+		p("  1. let the old relay drain the old rows through %s, unchanged; retire it once\n", res.View)
+		p("     every one is sent (a relay that marks rows: none left unmarked; one that polls\n")
+		p("     id > last: last at %d or above, legacy_max_id)\n", res.LegacyMaxID)
+		p("  2. start outboxkeeper's relay (consumer %s)\n", res.Consumer)
+		p("  3. set up the application's role for the read side if it consumes: SELECT %s.grant_writer('<role>')\n", l.schema)
+		return nil
+	})
 }

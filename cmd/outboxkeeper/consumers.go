@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 var consumersCommand = &command{
@@ -58,20 +59,15 @@ Exit status 3 when a consumer has held retention back longer than --held-after
 		if f.heldAfter <= 0 {
 			return usagef("--held-after %s: must be positive", f.heldAfter)
 		}
-		l, err := connect(ctx, e, f.schema)
+		c, err := openConsumers(ctx, e, &f.dbFlags)
 		if err != nil {
 			return err
 		}
-		defer l.pool.Close()
-		q := l.bounded(&f.dbFlags)
-		ops := store.NewConsumerOps(store.MustSchema(l.schema))
-		st, err := ops.Status(ctx, q)
+		defer c.l.pool.Close()
+		st := c.st
+		changes, err := c.ops.Recent(ctx, c.q, 10)
 		if err != nil {
-			return explainConsumerError(err, l.schema)
-		}
-		changes, err := ops.Recent(ctx, q, 10)
-		if err != nil {
-			return explainConsumerError(err, l.schema)
+			return explainConsumerError(err, c.l.schema)
 		}
 		findings := consumerFindings(st, f.heldAfter, time.Now())
 		if f.json {
@@ -175,17 +171,12 @@ func runConsumerChange(ctx context.Context, e *env, f *consumerChangeFlags, acti
 			return usagef("--operator: who, for the record, is required when $USER is not set")
 		}
 	}
-	l, err := connect(ctx, e, f.schema)
+	s, err := openConsumers(ctx, e, &f.dbFlags)
 	if err != nil {
 		return err
 	}
-	defer l.pool.Close()
-	q := l.bounded(&f.dbFlags)
-	ops := store.NewConsumerOps(store.MustSchema(l.schema))
-	st, err := ops.Status(ctx, q)
-	if err != nil {
-		return explainConsumerError(err, l.schema)
-	}
+	defer s.l.pool.Close()
+	l, q, ops, st := s.l, s.q, s.ops, s.st
 	var cur *store.ConsumerStatus
 	for i := range st {
 		if st[i].Name == f.name {
@@ -222,6 +213,30 @@ func runConsumerChange(ctx context.Context, e *env, f *consumerChangeFlags, acti
 	_, err = fmt.Fprintf(e.stdout, "done: recorded as consumer_changes id %d: %s as %s at %s, %q\n",
 		c.ID, c.Operator, c.DBUser, stamp(&c.ChangedAt), c.Reason)
 	return err
+}
+
+// consumerSession is a consumers command's connection, bounded by its
+// --timeout, with every consumer's status read through it.
+type consumerSession struct {
+	l   *login
+	q   *pass.Bounded
+	ops *store.ConsumerOps
+	st  []store.ConsumerStatus
+}
+
+// openConsumers connects and reads every consumer's status; the caller
+// closes s.l.pool.
+func openConsumers(ctx context.Context, e *env, f *dbFlags) (*consumerSession, error) {
+	l, err := connect(ctx, e, f.schema)
+	if err != nil {
+		return nil, err
+	}
+	s := &consumerSession{l: l, q: l.bounded(f), ops: store.NewConsumerOps(store.MustSchema(l.schema))}
+	if s.st, err = s.ops.Status(ctx, s.q); err != nil {
+		l.pool.Close()
+		return nil, explainConsumerError(err, l.schema)
+	}
+	return s, nil
 }
 
 // consumerPlan says what a rewind or retire of c does, in one line.

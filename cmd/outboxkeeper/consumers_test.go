@@ -3,32 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
-	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
-
-// retentionPrune runs one prune pass with an event retention, so prune_state
-// records it.
-func retentionPrune(t *testing.T, db *testdb.DB, eventsAfter time.Duration) *prune.Result {
-	t.Helper()
-	s, err := prune.New(db.Pool, prune.Config{EventsAfter: eventsAfter},
-		prune.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := s.RunOnce(context.Background(), nil)
-	if err != nil {
-		t.Fatalf("prune pass: %v", err)
-	}
-	return res
-}
 
 // twoConsumers is an outbox of 10 events, the first five recorded three
 // hours ago, read by "billing" (caught up) and "search" (stopped at 2),
@@ -45,7 +25,7 @@ func twoConsumers(t *testing.T) (*testdb.DB, map[string]string) {
 	sweepPass(t, db)
 	db.Exec(t, `SELECT outbox.commit_position('billing', 10)`)
 	db.Exec(t, `SELECT outbox.commit_position('search', 2)`)
-	retentionPrune(t, db, time.Hour)
+	prunePass(t, db, time.Hour)
 	op := db.Operator(t)
 	return db, map[string]string{"DATABASE_URL": op.URL, "USER": "alice"}
 }
@@ -159,7 +139,7 @@ func TestConsumersRetireFreesRetentionAndIsRecorded(t *testing.T) {
 	if rec != "retire|search|2|null" {
 		t.Errorf("the record = %q", rec)
 	}
-	if res := retentionPrune(t, db, time.Hour); res.DeletedEvents != 3 {
+	if res := prunePass(t, db, time.Hour); res.DeletedEvents != 3 {
 		t.Errorf("the prune after the retire deleted %d events, want 3 (3..5, past the retention)", res.DeletedEvents)
 	}
 

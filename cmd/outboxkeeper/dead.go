@@ -40,49 +40,43 @@ dead rows after PRUNE_DEAD_AFTER (default 168h).`,
 		f := &deadListFlags{}
 		addDBFlags(fs, &f.dbFlags)
 		fs.DurationVar(&f.olderThan, "older-than", 0, "only rows dead at least this long (e.g. 1h)")
-		fs.IntVar(&f.limit, "limit", 50, "at most this many rows")
+		addLimit(fs, &f.limit, 50, 10000, "at most this many rows")
 		return f
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*deadListFlags)
-		if f.limit < 1 || f.limit > 10000 {
-			return usagef("--limit %d: must be between 1 and 10000", f.limit)
-		}
 		if f.olderThan < 0 {
 			return usagef("--older-than %s: must not be negative", f.olderThan)
 		}
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		rows, err := store.NewDeliveryAdmin(store.MustSchema(l.schema)).ListDead(ctx, l.bounded(&f.dbFlags), f.olderThan, f.limit)
-		if err != nil {
-			return err
-		}
-		if f.json {
-			return printJSON(e.stdout, listed(rows))
-		}
-		if len(rows) == 0 {
-			_, err := fmt.Fprintln(e.stdout, "no dead deliveries")
-			return err
-		}
-		var out [][]string
-		for _, d := range rows {
-			tenant := "-"
-			if d.TenantID != nil {
-				tenant = *d.TenantID
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			rows, err := store.NewDeliveryAdmin(store.MustSchema(l.schema)).ListDead(ctx, l.bounded(&f.dbFlags), f.olderThan, f.limit)
+			if err != nil {
+				return err
 			}
-			out = append(out, []string{strconv.FormatInt(d.ID, 10), d.Recipient, d.Kind, tenant,
-				strconv.Itoa(d.Attempts), strconv.Itoa(d.Redeliveries), stamp(&d.CreatedAt), stamp(d.DeliveredAt), stamp(&d.DeadAt)})
-		}
-		if err := table(e.stdout, []string{"ID", "RECIPIENT", "KIND", "TENANT", "ATTEMPTS", "REDELIVERIES", "CREATED", "LAST PUSHED", "DEAD SINCE"}, out); err != nil {
+			if f.json {
+				return printJSON(e.stdout, listed(rows))
+			}
+			if len(rows) == 0 {
+				_, err := fmt.Fprintln(e.stdout, "no dead deliveries")
+				return err
+			}
+			var out [][]string
+			for _, d := range rows {
+				tenant := "-"
+				if d.TenantID != nil {
+					tenant = *d.TenantID
+				}
+				out = append(out, []string{strconv.FormatInt(d.ID, 10), d.Recipient, d.Kind, tenant,
+					strconv.Itoa(d.Attempts), strconv.Itoa(d.Redeliveries), stamp(&d.CreatedAt), stamp(d.DeliveredAt), stamp(&d.DeadAt)})
+			}
+			if err := table(e.stdout, []string{"ID", "RECIPIENT", "KIND", "TENANT", "ATTEMPTS", "REDELIVERIES", "CREATED", "LAST PUSHED", "DEAD SINCE"}, out); err != nil {
+				return err
+			}
+			if len(rows) == f.limit {
+				_, err = fmt.Fprintf(e.stdout, "(the first %d; --limit shows more)\n", f.limit)
+			}
 			return err
-		}
-		if len(rows) == f.limit {
-			_, err = fmt.Fprintf(e.stdout, "(the first %d; --limit shows more)\n", f.limit)
-		}
-		return err
+		})
 	},
 }
 
@@ -135,7 +129,7 @@ Exit status 3 when an --id was not reset (not dead any more, or no such row).`,
 		fs.Var(&f.ids, "id", "a dead delivery's id (repeat, or separate with commas)")
 		fs.BoolVar(&f.all, "all", false, "every dead delivery (with --older-than: dead at least that long)")
 		fs.DurationVar(&f.olderThan, "older-than", 0, "with --all: only rows dead at least this long")
-		fs.IntVar(&f.limit, "limit", 10000, "with --all: at most this many rows in this run")
+		addLimit(fs, &f.limit, 10000, 100000, "with --all: at most this many rows in this run")
 		return f
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
@@ -148,62 +142,57 @@ Exit status 3 when an --id was not reset (not dead any more, or no such row).`,
 			return usagef("--older-than goes with --all")
 		case f.olderThan < 0:
 			return usagef("--older-than %s: must not be negative", f.olderThan)
-		case f.limit < 1 || f.limit > 100000:
-			return usagef("--limit %d: must be between 1 and 100000", f.limit)
 		}
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		admin := store.NewDeliveryAdmin(store.MustSchema(l.schema))
-		q := l.bounded(&f.dbFlags)
-		if f.all {
-			reset, remaining, err := admin.RetryOlderThan(ctx, q, f.olderThan, f.limit)
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			admin := store.NewDeliveryAdmin(store.MustSchema(l.schema))
+			q := l.bounded(&f.dbFlags)
+			if f.all {
+				reset, remaining, err := admin.RetryOlderThan(ctx, q, f.olderThan, f.limit)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(e.stdout, map[string]int64{"reset": reset, "remaining": remaining})
+				}
+				fmt.Fprintf(e.stdout, "reset %d dead %s to pending\n", reset, plural(reset, "delivery", "deliveries"))
+				if remaining > 0 {
+					fmt.Fprintf(e.stdout, "%d more match (over --limit, or held by the sweep or a relay this instant): run it again\n", remaining)
+				}
+				return nil
+			}
+			ids := slices.Clone([]int64(f.ids))
+			slices.Sort(ids)
+			outcomes, err := admin.RetryIDs(ctx, q, slices.Compact(ids))
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(e.stdout, map[string]int64{"reset": reset, "remaining": remaining})
-			}
-			fmt.Fprintf(e.stdout, "reset %d dead %s to pending\n", reset, plural(reset, "delivery", "deliveries"))
-			if remaining > 0 {
-				fmt.Fprintf(e.stdout, "%d more match (over --limit, or held by the sweep or a relay this instant): run it again\n", remaining)
-			}
-			return nil
-		}
-		ids := slices.Clone([]int64(f.ids))
-		slices.Sort(ids)
-		outcomes, err := admin.RetryIDs(ctx, q, slices.Compact(ids))
-		if err != nil {
-			return err
-		}
-		var reset int64
-		var left []store.RetryOutcome
-		for _, o := range outcomes {
-			if o.Reset {
-				reset++
-			} else {
-				left = append(left, o)
-			}
-		}
-		if f.json {
-			if err := printJSON(e.stdout, map[string]any{"reset": reset, "outcomes": outcomes}); err != nil {
-				return err
-			}
-		} else {
-			fmt.Fprintf(e.stdout, "reset %d of %d dead %s to pending\n", reset, len(outcomes), plural(int64(len(outcomes)), "delivery", "deliveries"))
-			for _, o := range left {
-				if o.State == "" {
-					fmt.Fprintf(e.stdout, "  %d: no such delivery\n", o.ID)
+			var reset int64
+			var left []store.RetryOutcome
+			for _, o := range outcomes {
+				if o.Reset {
+					reset++
 				} else {
-					fmt.Fprintf(e.stdout, "  %d: not dead (it is %s): left alone\n", o.ID, o.State)
+					left = append(left, o)
 				}
 			}
-		}
-		if len(left) > 0 {
-			return errAttention
-		}
-		return nil
+			if f.json {
+				if err := printJSON(e.stdout, map[string]any{"reset": reset, "outcomes": outcomes}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(e.stdout, "reset %d of %d dead %s to pending\n", reset, len(outcomes), plural(int64(len(outcomes)), "delivery", "deliveries"))
+				for _, o := range left {
+					if o.State == "" {
+						fmt.Fprintf(e.stdout, "  %d: no such delivery\n", o.ID)
+					} else {
+						fmt.Fprintf(e.stdout, "  %d: not dead (it is %s): left alone\n", o.ID, o.State)
+					}
+				}
+			}
+			if len(left) > 0 {
+				return errAttention
+			}
+			return nil
+		})
 	},
 }

@@ -54,6 +54,17 @@ func loadAWS(ctx context.Context) (aws.Config, error) { return awsconfig.LoadDef
 // does (internal/pg: the URL, the secret with its re-read on rotation,
 // IAM tokens, the CA bundle). Nothing is dialled until the first
 // statement.
+// withLogin connects as connect does, runs fn with the login and closes
+// it, whatever fn returns.
+func withLogin(ctx context.Context, e *env, schemaFlag string, fn func(l *login) error) error {
+	l, err := connect(ctx, e, schemaFlag)
+	if err != nil {
+		return err
+	}
+	defer l.pool.Close()
+	return fn(l)
+}
+
 func connect(ctx context.Context, e *env, schemaFlag string) (*login, error) {
 	db, err := config.LoadDatabase(e.vars)
 	if err != nil {

@@ -71,54 +71,51 @@ database) the first time. Afterwards set up the roles, as the owner:
 
 func runMigrateUp(ctx context.Context, e *env, opts any) error {
 	f := opts.(*upFlags)
-	l, err := connect(ctx, e, f.schema)
-	if err != nil {
-		return err
-	}
-	defer l.pool.Close()
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	res, err := migrations.ApplyWith(ctx, l.pool, l.schema, migrations.ApplyOptions{
-		OnLockTimeout: lockWaitNote(e, "migrate up"),
-	})
-	if err != nil {
-		return err
-	}
-	list, err := migrations.Load(l.schema)
-	if err != nil {
-		return err
-	}
-	sums := map[string]string{}
-	for _, m := range list {
-		sums[m.Name] = m.Checksum
-	}
-	latest := list[len(list)-1]
-	if f.json {
-		type applied struct {
-			Name     string `json:"name"`
-			Checksum string `json:"checksum"`
+	return withLogin(ctx, e, f.schema, func(l *login) error {
+		ctx, cancel := context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+		res, err := migrations.ApplyWith(ctx, l.pool, l.schema, migrations.ApplyOptions{
+			OnLockTimeout: lockWaitNote(e, "migrate up"),
+		})
+		if err != nil {
+			return err
 		}
-		out := struct {
-			Schema         string    `json:"schema"`
-			Database       string    `json:"database"`
-			Applied        []applied `json:"applied"`
-			AlreadyApplied int       `json:"already_applied"`
-			Attempts       int       `json:"attempts"`
-			Version        int       `json:"version"`
-			Latest         string    `json:"latest"`
-		}{Schema: l.schema, Database: l.target, Applied: []applied{}, AlreadyApplied: len(res.Skipped),
-			Attempts: res.Attempts, Version: latest.Version(), Latest: latest.Name}
+		list, err := migrations.Load(l.schema)
+		if err != nil {
+			return err
+		}
+		sums := map[string]string{}
+		for _, m := range list {
+			sums[m.Name] = m.Checksum
+		}
+		latest := list[len(list)-1]
+		if f.json {
+			type applied struct {
+				Name     string `json:"name"`
+				Checksum string `json:"checksum"`
+			}
+			out := struct {
+				Schema         string    `json:"schema"`
+				Database       string    `json:"database"`
+				Applied        []applied `json:"applied"`
+				AlreadyApplied int       `json:"already_applied"`
+				Attempts       int       `json:"attempts"`
+				Version        int       `json:"version"`
+				Latest         string    `json:"latest"`
+			}{Schema: l.schema, Database: l.target, Applied: []applied{}, AlreadyApplied: len(res.Skipped),
+				Attempts: res.Attempts, Version: latest.Version(), Latest: latest.Name}
+			for _, name := range res.Applied {
+				out.Applied = append(out.Applied, applied{name, sums[name]})
+			}
+			return printJSON(e.stdout, out)
+		}
+		fmt.Fprintf(e.stdout, "schema %s on %s: applied %d, already applied %d\n", l.schema, l.target, len(res.Applied), len(res.Skipped))
 		for _, name := range res.Applied {
-			out.Applied = append(out.Applied, applied{name, sums[name]})
+			fmt.Fprintf(e.stdout, "  applied %s (sha256 %s)\n", name, sums[name][:12])
 		}
-		return printJSON(e.stdout, out)
-	}
-	fmt.Fprintf(e.stdout, "schema %s on %s: applied %d, already applied %d\n", l.schema, l.target, len(res.Applied), len(res.Skipped))
-	for _, name := range res.Applied {
-		fmt.Fprintf(e.stdout, "  applied %s (sha256 %s)\n", name, sums[name][:12])
-	}
-	_, err = fmt.Fprintf(e.stdout, "now at version %d (%s)\n", latest.Version(), latest.Name)
-	return err
+		_, err = fmt.Fprintf(e.stdout, "now at version %d (%s)\n", latest.Version(), latest.Name)
+		return err
+	})
 }
 
 type statusFlags struct {
@@ -148,28 +145,25 @@ they would refuse to start (the reason is printed), 1 on an error.`,
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*statusFlags)
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		st, err := migrations.ReadStatus(ctx, l.pool, l.schema)
-		if err != nil {
-			return err
-		}
-		problem := st.Check()
-		if f.json {
-			err = printStatusJSON(e.stdout, l, st, problem)
-		} else {
-			err = printStatus(e.stdout, l, st, problem)
-		}
-		if err != nil {
-			return err
-		}
-		if problem != nil {
-			return errAttention
-		}
-		return nil
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			st, err := migrations.ReadStatus(ctx, l.pool, l.schema)
+			if err != nil {
+				return err
+			}
+			problem := st.Check()
+			if f.json {
+				err = printStatusJSON(e.stdout, l, st, problem)
+			} else {
+				err = printStatus(e.stdout, l, st, problem)
+			}
+			if err != nil {
+				return err
+			}
+			if problem != nil {
+				return errAttention
+			}
+			return nil
+		})
 	},
 }
 

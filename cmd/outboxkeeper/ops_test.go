@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -14,13 +12,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
+	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
@@ -30,34 +28,35 @@ import (
 // dead and dlq; status and skip-stall in status_test.go and
 // skipstall_test.go.
 
-func quiet() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)) }
-
 // fillPass runs one bounded fill pass, as a scheduled invocation would
 // (no grace: the tests make their stalls on purpose).
 func fillPass(t *testing.T, db *testdb.DB) *fill.Result {
 	t.Helper()
-	s, err := fill.New(db.Pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 700 * time.Millisecond, Tick: 50 * time.Millisecond},
-		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := s.RunOnce(context.Background(), nil)
-	if err != nil {
-		t.Fatalf("fill pass: %v", err)
-	}
-	return res
+	return passtest.Run(t, context.Background(), passtest.Fill(t, db.Pool, 700*time.Millisecond))
 }
 
 // sweepPass runs one sweep pass, so sweep_state says it runs.
 func sweepPass(t *testing.T, db *testdb.DB) {
 	t.Helper()
-	s, err := sweep.New(db.Pool, sweep.Config{}, sweep.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.RunOnce(context.Background(), nil); err != nil {
-		t.Fatalf("sweep pass: %v", err)
-	}
+	passtest.Run(t, context.Background(), passtest.Sweep(t, db.Pool, sweep.Config{}))
+}
+
+// prunePass runs one prune pass with an event retention (0: none), so
+// prune_state records it.
+func prunePass(t *testing.T, db *testdb.DB, eventsAfter time.Duration) *prune.Result {
+	t.Helper()
+	return passtest.Run(t, context.Background(), passtest.Prune(t, db.Pool, prune.Config{EventsAfter: eventsAfter}))
+}
+
+// healthyDB is a database whose one event is published and filled, and
+// whose sweep has run: an outbox with nothing to report.
+func healthyDB(t *testing.T) *testdb.DB {
+	t.Helper()
+	db := testdb.New(t)
+	publish(t, db)
+	fillPass(t, db)
+	sweepPass(t, db)
+	return db
 }
 
 func publish(t *testing.T, db *testdb.DB) int64 {

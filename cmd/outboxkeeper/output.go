@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -61,6 +62,38 @@ func (v *timeoutValue) Set(s string) error {
 		return fmt.Errorf("must be between %s and %s", minTimeout, shortDuration(maxTimeout))
 	}
 	*v = timeoutValue(d)
+	return nil
+}
+
+// addLimit adds --limit: a count of rows from 1 to max (the statement
+// reads or changes at most that many), def by default; any other is
+// refused as the command line is parsed.
+func addLimit(fs *flag.FlagSet, n *int, def, max int, usage string) {
+	*n = def
+	fs.Var(&limitValue{n: n, max: max}, "limit", fmt.Sprintf("%s: a `count` from 1 to %d", usage, max))
+}
+
+type limitValue struct {
+	n   *int
+	max int
+}
+
+func (v *limitValue) String() string {
+	if v.n == nil {
+		return "0" // flag's zero value, for the help text
+	}
+	return strconv.Itoa(*v.n)
+}
+
+func (v *limitValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	switch {
+	case err != nil:
+		return errors.New("want a whole number")
+	case n < 1 || n > v.max:
+		return fmt.Errorf("must be between 1 and %d", v.max)
+	}
+	*v.n = n
 	return nil
 }
 

@@ -65,24 +65,21 @@ the host resolves to public (no private, loopback or link-local address).`,
 		if err := recipients.CheckTarget(ctx, policy, f.target); err != nil {
 			return refusef("recipient %s: %v", f.name, err)
 		}
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			created, err := recipients.NewAdmin(l.schema).Add(ctx, l.bounded(&f.dbFlags), policy, f.name, f.target, f.note)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(e.stdout, map[string]any{"name": f.name, "target": f.target, "created": created})
+			}
+			verb := "updated"
+			if created {
+				verb = "added"
+			}
+			_, err = fmt.Fprintf(e.stdout, "recipient %s %s: %s\n", f.name, verb, f.target)
 			return err
-		}
-		defer l.pool.Close()
-		created, err := recipients.NewAdmin(l.schema).Add(ctx, l.bounded(&f.dbFlags), policy, f.name, f.target, f.note)
-		if err != nil {
-			return err
-		}
-		if f.json {
-			return printJSON(e.stdout, map[string]any{"name": f.name, "target": f.target, "created": created})
-		}
-		verb := "updated"
-		if created {
-			verb = "added"
-		}
-		_, err = fmt.Fprintf(e.stdout, "recipient %s %s: %s\n", f.name, verb, f.target)
-		return err
+		})
 	},
 }
 
@@ -97,27 +94,24 @@ var recipientsList = &command{
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*dbFlags)
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		rows, err := recipients.NewAdmin(l.schema).List(ctx, l.bounded(f))
-		if err != nil {
-			return err
-		}
-		if f.json {
-			return printJSON(e.stdout, listed(rows))
-		}
-		if len(rows) == 0 {
-			_, err := fmt.Fprintln(e.stdout, "no recipients")
-			return err
-		}
-		var out [][]string
-		for _, r := range rows {
-			out = append(out, []string{r.Name, r.Target, strconv.FormatBool(r.Enabled), stamp(&r.UpdatedAt), r.Note})
-		}
-		return table(e.stdout, []string{"NAME", "TARGET", "ENABLED", "UPDATED", "NOTE"}, out)
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			rows, err := recipients.NewAdmin(l.schema).List(ctx, l.bounded(f))
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(e.stdout, listed(rows))
+			}
+			if len(rows) == 0 {
+				_, err := fmt.Fprintln(e.stdout, "no recipients")
+				return err
+			}
+			var out [][]string
+			for _, r := range rows {
+				out = append(out, []string{r.Name, r.Target, strconv.FormatBool(r.Enabled), stamp(&r.UpdatedAt), r.Note})
+			}
+			return table(e.stdout, []string{"NAME", "TARGET", "ENABLED", "UPDATED", "NOTE"}, out)
+		})
 	},
 }
 
@@ -142,23 +136,20 @@ func recipientChange(name, summary, help, done string, change func(ctx context.C
 			if f.name == "" {
 				return usagef("--name is required")
 			}
-			l, err := connect(ctx, e, f.schema)
-			if err != nil {
+			return withLogin(ctx, e, f.schema, func(l *login) error {
+				found, err := change(ctx, recipients.NewAdmin(l.schema), l, f)
+				if err != nil {
+					return err
+				}
+				if !found {
+					return fmt.Errorf("no recipient %s", f.name)
+				}
+				if f.json {
+					return printJSON(e.stdout, map[string]any{"name": f.name, name: true})
+				}
+				_, err = fmt.Fprintf(e.stdout, "recipient %s %s\n", f.name, done)
 				return err
-			}
-			defer l.pool.Close()
-			found, err := change(ctx, recipients.NewAdmin(l.schema), l, f)
-			if err != nil {
-				return err
-			}
-			if !found {
-				return fmt.Errorf("no recipient %s", f.name)
-			}
-			if f.json {
-				return printJSON(e.stdout, map[string]any{"name": f.name, name: true})
-			}
-			_, err = fmt.Fprintf(e.stdout, "recipient %s %s\n", f.name, done)
-			return err
+			})
 		},
 	}
 }

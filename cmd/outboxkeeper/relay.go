@@ -51,41 +51,38 @@ a missing permission).`,
 		if f.stale <= 0 {
 			return usagef("--stale %s: must be positive", f.stale)
 		}
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		st, err := parked.ReadStatus(ctx, l.bounded(&f.dbFlags), l.schema)
-		if err != nil {
-			return err
-		}
-		findings := relayFindings(st, f.stale, time.Now())
-		if f.json {
-			if err := printJSON(e.stdout, map[string]any{"relays": listed(st), "attention": listed(findings)}); err != nil {
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			st, err := parked.ReadStatus(ctx, l.bounded(&f.dbFlags), l.schema)
+			if err != nil {
 				return err
 			}
-		} else {
-			if len(st) == 0 {
-				fmt.Fprintln(e.stdout, "no relay has run on this schema")
-			} else {
-				var rows [][]string
-				for _, s := range st {
-					rows = append(rows, []string{s.Relay, optInt(s.Position), strconv.FormatInt(s.Head, 10), optInt(s.Lag),
-						stamp(s.LastCommit), strconv.FormatInt(s.Parked, 10), strconv.FormatInt(s.Failing, 10), strconv.FormatInt(s.Resend, 10)})
-				}
-				if err := table(e.stdout, []string{"RELAY", "POSITION", "HEAD", "LAG", "LAST COMMIT", "PARKED", "FAILING", "RESEND"}, rows); err != nil {
+			findings := relayFindings(st, f.stale, time.Now())
+			if f.json {
+				if err := printJSON(e.stdout, map[string]any{"relays": listed(st), "attention": listed(findings)}); err != nil {
 					return err
 				}
+			} else {
+				if len(st) == 0 {
+					fmt.Fprintln(e.stdout, "no relay has run on this schema")
+				} else {
+					var rows [][]string
+					for _, s := range st {
+						rows = append(rows, []string{s.Relay, optInt(s.Position), strconv.FormatInt(s.Head, 10), optInt(s.Lag),
+							stamp(s.LastCommit), strconv.FormatInt(s.Parked, 10), strconv.FormatInt(s.Failing, 10), strconv.FormatInt(s.Resend, 10)})
+					}
+					if err := table(e.stdout, []string{"RELAY", "POSITION", "HEAD", "LAG", "LAST COMMIT", "PARKED", "FAILING", "RESEND"}, rows); err != nil {
+						return err
+					}
+				}
+				for _, f := range findings {
+					fmt.Fprintln(e.stdout, "attention: "+f)
+				}
 			}
-			for _, f := range findings {
-				fmt.Fprintln(e.stdout, "attention: "+f)
+			if len(findings) > 0 {
+				return errAttention
 			}
-		}
-		if len(findings) > 0 {
-			return errAttention
-		}
-		return nil
+			return nil
+		})
 	},
 }
 
@@ -143,27 +140,21 @@ tries (STATE failing: not parked yet, or never with RELAY_MAX_ATTEMPTS=0).`,
 		addDBFlags(fs, &f.dbFlags)
 		fs.StringVar(&f.relay, "relay", "", "only this relay (RELAY_NAME; default: every relay)")
 		fs.BoolVar(&f.all, "all", false, "also re-sent events and those still tried")
-		fs.IntVar(&f.limit, "limit", 50, "at most this many rows")
+		addLimit(fs, &f.limit, 50, 10000, "at most this many rows")
 		return f
 	},
 	run: func(ctx context.Context, e *env, opts any) error {
 		f := opts.(*relayParkedListFlags)
-		if f.limit < 1 || f.limit > 10000 {
-			return usagef("--limit %d: must be between 1 and 10000", f.limit)
-		}
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		rows, err := parked.ListParked(ctx, l.bounded(&f.dbFlags), l.schema, f.relay, f.all, f.limit)
-		if err != nil {
-			return err
-		}
-		if f.json {
-			return printJSON(e.stdout, listed(rows))
-		}
-		return printParked(e, rows, f.limit)
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			rows, err := parked.ListParked(ctx, l.bounded(&f.dbFlags), l.schema, f.relay, f.all, f.limit)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(e.stdout, listed(rows))
+			}
+			return printParked(e, rows, f.limit)
+		})
 	},
 }
 
@@ -222,52 +213,49 @@ Without --yes it only shows the events it would mark, and refuses.
 		if err := listOrAll(len(f.sequences), f.all, "--sequence", "--sequence S[,S...] or --all"); err != nil {
 			return err
 		}
-		l, err := connect(ctx, e, f.schema)
-		if err != nil {
-			return err
-		}
-		defer l.pool.Close()
-		q := l.bounded(&f.dbFlags)
-		if !f.yes {
-			rows, err := parked.ListParked(ctx, q, l.schema, f.relay, false, 10000)
+		return withLogin(ctx, e, f.schema, func(l *login) error {
+			q := l.bounded(&f.dbFlags)
+			if !f.yes {
+				rows, err := parked.ListParked(ctx, q, l.schema, f.relay, false, 10000)
+				if err != nil {
+					return err
+				}
+				if !f.all {
+					rows = slices.DeleteFunc(rows, func(p parked.Parked) bool { return !slices.Contains(f.sequences, p.Sequence) })
+				}
+				if !f.json {
+					if err := printParked(e, rows, 10000); err != nil {
+						return err
+					}
+				}
+				return refusef("nothing marked: %d parked %s would be re-sent, out of order; add --yes to mark %s",
+					len(rows), plural(int64(len(rows)), "event", "events"), plural(int64(len(rows)), "it", "them"))
+			}
+			marked, err := parked.RequestResend(ctx, q, l.schema, f.relay, []int64(f.sequences), f.all)
 			if err != nil {
 				return err
 			}
-			if !f.all {
-				rows = slices.DeleteFunc(rows, func(p parked.Parked) bool { return !slices.Contains(f.sequences, p.Sequence) })
-			}
-			if !f.json {
-				if err := printParked(e, rows, 10000); err != nil {
-					return err
+			var missing []int64
+			for _, s := range f.sequences {
+				if !slices.ContainsFunc(marked, func(r parked.Requested) bool { return r.Sequence == s }) {
+					missing = append(missing, s)
 				}
 			}
-			return refusef("nothing marked: %d parked %s would be re-sent, out of order; add --yes to mark %s",
-				len(rows), plural(int64(len(rows)), "event", "events"), plural(int64(len(rows)), "it", "them"))
-		}
-		marked, err := parked.RequestResend(ctx, q, l.schema, f.relay, []int64(f.sequences), f.all)
-		if err != nil {
-			return err
-		}
-		var missing []int64
-		for _, s := range f.sequences {
-			if !slices.ContainsFunc(marked, func(r parked.Requested) bool { return r.Sequence == s }) {
-				missing = append(missing, s)
+			if f.json {
+				if err := printJSON(e.stdout, map[string]any{"marked": listed(marked), "not_parked": listed(missing)}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(e.stdout, "marked %d parked %s to be re-sent at the relay's next pass, out of order (after the events sent past %s)\n",
+					len(marked), plural(int64(len(marked)), "event", "events"), plural(int64(len(marked)), "it", "them"))
+				for _, s := range missing {
+					fmt.Fprintf(e.stdout, "  %d: not a parked event (never parked, re-sent already, or another relay's): left alone\n", s)
+				}
 			}
-		}
-		if f.json {
-			if err := printJSON(e.stdout, map[string]any{"marked": listed(marked), "not_parked": listed(missing)}); err != nil {
-				return err
+			if len(missing) > 0 {
+				return errAttention
 			}
-		} else {
-			fmt.Fprintf(e.stdout, "marked %d parked %s to be re-sent at the relay's next pass, out of order (after the events sent past %s)\n",
-				len(marked), plural(int64(len(marked)), "event", "events"), plural(int64(len(marked)), "it", "them"))
-			for _, s := range missing {
-				fmt.Fprintf(e.stdout, "  %d: not a parked event (never parked, re-sent already, or another relay's): left alone\n", s)
-			}
-		}
-		if len(missing) > 0 {
-			return errAttention
-		}
-		return nil
+			return nil
+		})
 	},
 }

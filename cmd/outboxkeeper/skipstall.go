@@ -88,50 +88,47 @@ func runSkipStall(ctx context.Context, e *env, opts any) error {
 	if err := f.check(e); err != nil {
 		return err
 	}
-	l, err := connect(ctx, e, f.schema)
-	if err != nil {
-		return err
-	}
-	defer l.pool.Close()
-	q := l.bounded(&f.dbFlags)
-	schema := store.MustSchema(l.schema)
-	plan, err := planSkip(ctx, q, schema, f)
-	if err != nil {
-		return err
-	}
-
-	if !f.yes {
-		if f.json {
-			if err := printJSON(e.stdout, map[string]any{"done": false, "plan": plan}); err != nil {
-				return err
-			}
-		} else if err := printPlan(e.stdout, plan); err != nil {
+	return withLogin(ctx, e, f.schema, func(l *login) error {
+		q := l.bounded(&f.dbFlags)
+		schema := store.MustSchema(l.schema)
+		plan, err := planSkip(ctx, q, schema, f)
+		if err != nil {
 			return err
 		}
-		return refusef("nothing written: run it again with --yes to skip (%d, %d]", plan.Watermark, plan.To)
-	}
 
-	sessions, err := json.Marshal(plan.Sessions)
-	if err != nil {
+		if !f.yes {
+			if f.json {
+				if err := printJSON(e.stdout, map[string]any{"done": false, "plan": plan}); err != nil {
+					return err
+				}
+			} else if err := printPlan(e.stdout, plan); err != nil {
+				return err
+			}
+			return refusef("nothing written: run it again with --yes to skip (%d, %d]", plan.Watermark, plan.To)
+		}
+
+		sessions, err := json.Marshal(plan.Sessions)
+		if err != nil {
+			return err
+		}
+		skip, err := store.NewSkips(schema).Skip(ctx, q, store.SkipParams{To: f.to, Reason: f.reason, Operator: f.operator, Sessions: sessions})
+		if err != nil {
+			return explainSkipError(err, l.schema)
+		}
+		if f.json {
+			return printJSON(e.stdout, map[string]any{"done": true, "plan": plan, "skip": skip})
+		}
+		if err := printPlan(e.stdout, plan); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "\nskipped (%d, %d]: %d operator %s written", skip.FromWatermark, skip.ToSequence, skip.Written, plural(skip.Written, "placeholder", "placeholders"))
+		if skip.FirstWritten != nil {
+			fmt.Fprintf(e.stdout, " (%d..%d)", *skip.FirstWritten, *skip.LastWritten)
+		}
+		_, err = fmt.Fprintf(e.stdout, ", the rest was present\nrecorded as stall_skips id %d: %s as %s at %s, %q\nthe fill's watermark passes them at its next tick ('outboxkeeper status')\n",
+			skip.ID, skip.Operator, skip.DBUser, stamp(&skip.SkippedAt), skip.Reason)
 		return err
-	}
-	skip, err := store.NewSkips(schema).Skip(ctx, q, store.SkipParams{To: f.to, Reason: f.reason, Operator: f.operator, Sessions: sessions})
-	if err != nil {
-		return explainSkipError(err, l.schema)
-	}
-	if f.json {
-		return printJSON(e.stdout, map[string]any{"done": true, "plan": plan, "skip": skip})
-	}
-	if err := printPlan(e.stdout, plan); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "\nskipped (%d, %d]: %d operator %s written", skip.FromWatermark, skip.ToSequence, skip.Written, plural(skip.Written, "placeholder", "placeholders"))
-	if skip.FirstWritten != nil {
-		fmt.Fprintf(e.stdout, " (%d..%d)", *skip.FirstWritten, *skip.LastWritten)
-	}
-	_, err = fmt.Fprintf(e.stdout, ", the rest was present\nrecorded as stall_skips id %d: %s as %s at %s, %q\nthe fill's watermark passes them at its next tick ('outboxkeeper status')\n",
-		skip.ID, skip.Operator, skip.DBUser, stamp(&skip.SkippedAt), skip.Reason)
-	return err
+	})
 }
 
 // check trims and checks the flags, defaulting the operator to $USER.

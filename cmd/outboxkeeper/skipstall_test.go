@@ -39,11 +39,8 @@ func filledBy(t *testing.T, db *testdb.DB, seq int64) string {
 // Not parallel: the idle session holds an xid, and with it the proof of
 // every fill pass in the cluster.
 func TestSkipStallPastABlockedProof(t *testing.T) {
-	db := testdb.New(t)
+	db := healthyDB(t)
 	ctx := context.Background()
-	publish(t, db)
-	fillPass(t, db)
-	sweepPass(t, db)
 
 	idle := db.Connect(t)
 	testdb.Exec(t, idle, `SET application_name = 'nightly-report'`)

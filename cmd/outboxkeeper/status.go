@@ -146,34 +146,31 @@ type finding struct {
 
 func runStatus(ctx context.Context, e *env, opts any) error {
 	f := opts.(*outboxStatusFlags)
-	l, err := connect(ctx, e, f.schema)
-	if err != nil {
-		return err
-	}
-	defer l.pool.Close()
-	r, err := readStatus(ctx, l, f)
-	if err != nil {
-		return err
-	}
-	if queue, dlq := f.urls(e); queue != "" || dlq != "" {
-		if r.Queue, r.DLQ, err = queueDepths(ctx, queue, dlq); err != nil {
+	return withLogin(ctx, e, f.schema, func(l *login) error {
+		r, err := readStatus(ctx, l, f)
+		if err != nil {
 			return err
 		}
-	}
-	r.Attention = assess(r, f.thresholds)
+		if queue, dlq := f.urls(e); queue != "" || dlq != "" {
+			if r.Queue, r.DLQ, err = queueDepths(ctx, queue, dlq); err != nil {
+				return err
+			}
+		}
+		r.Attention = assess(r, f.thresholds)
 
-	if f.json {
-		err = printJSON(e.stdout, r)
-	} else {
-		err = printStatusReport(e.stdout, r, f.thresholds)
-	}
-	if err != nil {
-		return err
-	}
-	if len(r.Attention) > 0 {
-		return errAttention
-	}
-	return nil
+		if f.json {
+			err = printJSON(e.stdout, r)
+		} else {
+			err = printStatusReport(e.stdout, r, f.thresholds)
+		}
+		if err != nil {
+			return err
+		}
+		if len(r.Attention) > 0 {
+			return errAttention
+		}
+		return nil
+	})
 }
 
 // readStatus reads the database's side of the status, each part through

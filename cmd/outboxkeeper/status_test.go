@@ -1,18 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
-	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
 
 // statusJSON runs status --json and decodes it.
@@ -38,10 +33,7 @@ func findingNames(r statusReport) []string {
 // exit 0, fit for a health check; the password is never printed.
 func TestStatusOfAHealthyOutboxExitsZero(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	publish(t, db)
-	fillPass(t, db)
-	sweepPass(t, db)
+	db := healthyDB(t)
 	vars := map[string]string{"DATABASE_URL": withPassword(t, db.URL)}
 
 	code, out, errs := cli(t, vars, "status")
@@ -95,10 +87,7 @@ func TestStatusNamesSilenceAndDeadDeliveries(t *testing.T) {
 // An old open delivery means the relay is down.
 func TestStatusNamesAnOldOpenDelivery(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	publish(t, db)
-	fillPass(t, db)
-	sweepPass(t, db)
+	db := healthyDB(t)
 	db.Exec(t, `INSERT INTO outbox.deliveries (recipient, kind, payload, created_at) VALUES ('billing', 'invoice', '', now() - interval '20 minutes')`)
 	code, r := statusJSON(t, map[string]string{"DATABASE_URL": db.URL})
 	if code != exitAttention {
@@ -109,18 +98,6 @@ func TestStatusNamesAnOldOpenDelivery(t *testing.T) {
 	}
 	if r.Deliveries.Pending != 1 {
 		t.Errorf("deliveries.pending = %d, want 1", r.Deliveries.Pending)
-	}
-}
-
-// prunePass runs one prune pass, so prune_state says it runs.
-func prunePass(t *testing.T, db *testdb.DB) {
-	t.Helper()
-	s, err := prune.New(db.Pool, prune.Config{}, prune.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.RunOnce(context.Background(), nil); err != nil {
-		t.Fatalf("prune pass: %v", err)
 	}
 }
 
@@ -185,10 +162,7 @@ func TestStatusHeaderNamesTheSchemaOnce(t *testing.T) {
 // --prune-silent-after (not before: it runs hourly).
 func TestStatusFlagsAPruneThatNeverRan(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	publish(t, db)
-	fillPass(t, db)
-	sweepPass(t, db)
+	db := healthyDB(t)
 	vars := map[string]string{"DATABASE_URL": db.URL}
 	if code, r := statusJSON(t, vars); code != exitOK {
 		t.Errorf("status of a new deployment whose prune has not run yet exits %d with %v, want 0", code, findingNames(r))
@@ -205,7 +179,7 @@ func TestStatusFlagsAPruneThatNeverRan(t *testing.T) {
 	_, out, _ := cli(t, vars, "status")
 	wantIn(t, "status", out, "prune-silent", "the prune has never recorded a pass")
 
-	prunePass(t, db)
+	prunePass(t, db, 0)
 	if code, r := statusJSON(t, vars); code != exitOK {
 		t.Errorf("status after a prune pass exits %d with %v, want 0", code, findingNames(r))
 	}

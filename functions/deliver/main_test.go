@@ -14,10 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
@@ -75,24 +71,10 @@ func invoke(t *testing.T, fn *lambdatest.Function) response {
 	return r
 }
 
+// secret stores value as a new secret on moto and returns its ARN.
 func secret(t *testing.T, value string) string {
 	t.Helper()
-	cfg, err := awsenv.From(func(name string) (string, bool) {
-		if name == "AWS_ENDPOINT_URL_SECRETS_MANAGER" {
-			name = "AWS_ENDPOINT_URL_EVENTBRIDGE"
-		}
-		v := testenv.Lookup(name)
-		return v, v != ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := secretsmanager.NewFromConfig(cfg).CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
-		Name: aws.String(awstest.Name("deliver-fn")), SecretString: aws.String(value)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return aws.ToString(out.ARN)
+	return awstest.NewSecret(t, awstest.Secrets(t), "deliver-fn", value)
 }
 
 // One pass delivers to each kind of target, as the maintainer: an SQS

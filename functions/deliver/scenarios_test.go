@@ -8,14 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/webhooktest"
 	"github.com/outboxkeeper/outboxkeeper/shared/deliver"
 )
@@ -32,14 +28,6 @@ func hookFn(t *testing.T, db *testdb.DB, rcv *webhooktest.Receiver, arn string, 
 		vars[k] = v
 	}
 	return deliverFn(t, db, vars)
-}
-
-func stateOf(t *testing.T, db *testdb.DB, id int64) (state, reason string) {
-	t.Helper()
-	if err := db.Pool.QueryRow(context.Background(), `SELECT state, coalesce(dead_reason, '') FROM outbox.deliveries WHERE id = $1`, id).Scan(&state, &reason); err != nil {
-		t.Fatal(err)
-	}
-	return state, reason
 }
 
 func hookDelivery(t *testing.T, db *testdb.DB, rcv *webhooktest.Receiver) int64 {
@@ -59,7 +47,7 @@ func TestGoneMakesTheDeliveryDead(t *testing.T) {
 	if r.Dead[deliver.ReasonGone] != 1 {
 		t.Errorf("dead %v, want 1 gone", r.Dead)
 	}
-	if st, reason := stateOf(t, db, id); st != store.StateDead || reason != deliver.ReasonGone {
+	if st, reason := db.DeliveryState(t, id); st != store.StateDead || reason != deliver.ReasonGone {
 		t.Errorf("the delivery is %s (%q), want dead (gone)", st, reason)
 	}
 }
@@ -70,18 +58,7 @@ func TestLostAnswerArrivesTwiceWithOneID(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	rcv := webhooktest.Start(t)
-	var mu sync.Mutex
-	calls := 0
-	rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
-		mu.Lock()
-		calls++
-		first := calls == 1
-		mu.Unlock()
-		if first {
-			panic(http.ErrAbortHandler)
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	rcv.LoseFirstAnswer()
 	id := hookDelivery(t, db, rcv)
 	fn := hookFn(t, db, rcv, secret(t, "k"), nil)
 	if r := invoke(t, fn); r.PushFailed != 1 {
@@ -97,9 +74,7 @@ func TestLostAnswerArrivesTwiceWithOneID(t *testing.T) {
 		reqs[1].Header.Get(deliver.HeaderDeliveryID) != strconv.FormatInt(id, 10) {
 		t.Errorf("the receiver got %d requests, want delivery %d twice", len(reqs), id)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateAcked {
-		t.Errorf("the delivery is %s, want acked", st)
-	}
+	db.WantDeliveryState(t, id, store.StateAcked)
 }
 
 // A webhook that never answers ends at the pass budget: the invocation
@@ -108,14 +83,7 @@ func TestSlowWebhookEndsAtTheBudgetUnderRIE(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	rcv := webhooktest.Start(t)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
-		select {
-		case <-release:
-		case <-time.After(time.Minute):
-		}
-	})
+	rcv.Hang(t)
 	id := hookDelivery(t, db, rcv)
 	fn := hookFn(t, db, rcv, secret(t, "k"), map[string]string{"DELIVER_PASS_BUDGET": "2s", "DELIVER_WEBHOOK_TIMEOUT": "1m"})
 	start := time.Now()
@@ -126,9 +94,7 @@ func TestSlowWebhookEndsAtTheBudgetUnderRIE(t *testing.T) {
 	if r.PushFailed != 1 || r.Error != "" {
 		t.Errorf("push_failed %d error %q, want 1 and none", r.PushFailed, r.Error)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateDelivered {
-		t.Errorf("the delivery is %s, want delivered", st)
-	}
+	db.WantDeliveryState(t, id, store.StateDelivered)
 }
 
 // A rotation reaches the next pass: with {"current":new,"previous":old}
@@ -141,20 +107,7 @@ func TestRotationSignsWithBothKeys(t *testing.T) {
 	fn := hookFn(t, db, rcv, arn, nil)
 	hookDelivery(t, db, rcv)
 	invoke(t, fn)
-	cfg, err := awsenv.From(func(name string) (string, bool) {
-		if name == "AWS_ENDPOINT_URL_SECRETS_MANAGER" {
-			name = "AWS_ENDPOINT_URL_EVENTBRIDGE"
-		}
-		v := testenv.Lookup(name)
-		return v, v != ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := secretsmanager.NewFromConfig(cfg).PutSecretValue(context.Background(), &secretsmanager.PutSecretValueInput{
-		SecretId: aws.String(arn), SecretString: aws.String(`{"current":"new","previous":"old"}`)}); err != nil {
-		t.Fatal(err)
-	}
+	awstest.PutSecret(t, awstest.Secrets(t), arn, `{"current":"new","previous":"old"}`)
 	hookDelivery(t, db, rcv)
 	invoke(t, fn)
 	reqs := rcv.Requests()

@@ -83,11 +83,7 @@ func (o *ConsumerOps) Summary(ctx context.Context, q Querier) (ConsumerSummary, 
 
 // Status lists every registered consumer, the slowest first.
 func (o *ConsumerOps) Status(ctx context.Context, q Querier) ([]ConsumerStatus, error) {
-	rows, err := q.Query(ctx, o.status)
-	if err != nil {
-		return nil, fmt.Errorf("consumer status: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ConsumerStatus])
+	out, err := Rows(ctx, q, o.status, nil, pgx.RowToStructByPos[ConsumerStatus])
 	if err != nil {
 		return nil, fmt.Errorf("consumer status: %w", err)
 	}
@@ -114,9 +110,9 @@ func (o *ConsumerOps) change(ctx context.Context, q Querier, sql string, args pg
 
 // Recent is the last limit changes, the newest first.
 func (o *ConsumerOps) Recent(ctx context.Context, q Querier, limit int) ([]ConsumerChange, error) {
-	rows, err := q.Query(ctx, o.recent, pgx.StrictNamedArgs{"limit": limit})
+	out, err := Rows(ctx, q, o.recent, pgx.StrictNamedArgs{"limit": limit}, pgx.RowToStructByPos[ConsumerChange])
 	if err != nil {
 		return nil, fmt.Errorf("consumer changes: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[ConsumerChange])
+	return out, nil
 }

@@ -3,16 +3,13 @@ package compensate_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
@@ -27,11 +24,7 @@ type batchBench struct {
 }
 
 func newHandler(b *testing.B, pool pass.DB) *compensate.Service {
-	svc, err := compensate.New(pool, compensate.Config{}, compensate.Options{Options: pass.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}, SQS: sqstest.Client(b)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return svc
+	return passtest.Compensate(b, pool, compensate.Config{})
 }
 
 // allocate hands out n fresh sequences (as abandoned writers would have)

@@ -63,6 +63,23 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
+// loadInto loads a pass's Config from env into dst and keeps the error.
+func loadInto[T PassConfig[T]](dst *T, env Lookup, errs *[]error) {
+	var err error
+	*dst, err = Load[T](env)
+	*errs = append(*errs, err)
+}
+
+// orDefault is env with name set to v when env does not set it.
+func orDefault(env Lookup, name, v string) Lookup {
+	return func(n string) (string, bool) {
+		if got, ok := env(n); ok || n != name {
+			return got, ok
+		}
+		return v, true
+	}
+}
+
 // TestEveryVariable sets each variable of docs/design.md §7 to a good and to a bad value:
 // the good one must land in its field, the bad one must fail naming the
 // variable and quoting the value.
@@ -86,32 +103,15 @@ func TestEveryVariable(t *testing.T) {
 		var err error
 		l.db, err = LoadDatabase(env)
 		errs = append(errs, err)
-		l.fill, err = Load[fillpkg.Config](env)
-		errs = append(errs, err)
-		l.sw, err = Load[sweeppkg.Config](env)
-		errs = append(errs, err)
-		l.comp, err = Load[compensatepkg.Config](env)
-		errs = append(errs, err)
-		l.pr, err = Load[prunepkg.Config](env)
-		errs = append(errs, err)
+		loadInto(&l.fill, env, &errs)
+		loadInto(&l.sw, env, &errs)
+		loadInto(&l.comp, env, &errs)
+		loadInto(&l.pr, env, &errs)
 		// RELAY_TARGET is required: a FIFO queue unless the case sets it.
-		l.rl, err = Load[relaypkg.Config](func(name string) (string, bool) {
-			if v, ok := env(name); ok || name != "RELAY_TARGET" {
-				return v, ok
-			}
-			return fifoQueue, true
-		})
-		errs = append(errs, err)
-		l.mg, err = Load[migratepkg.Config](env)
-		errs = append(errs, err)
+		loadInto(&l.rl, orDefault(env, "RELAY_TARGET", fifoQueue), &errs)
+		loadInto(&l.mg, env, &errs)
 		// DELIVER_WEBHOOK_HOSTS needs a signing key: one unless the case sets it.
-		l.dl, err = Load[deliverpkg.Config](func(name string) (string, bool) {
-			if v, ok := env(name); ok || name != "DELIVER_SIGNING_SECRET_ARN" {
-				return v, ok
-			}
-			return "arn:aws:secretsmanager:eu-west-1:1:secret:sign", true
-		})
-		errs = append(errs, err)
+		loadInto(&l.dl, orDefault(env, "DELIVER_SIGNING_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:1:secret:sign"), &errs)
 		l.stack, err = LoadStack(env)
 		errs = append(errs, err)
 		return l, errors.Join(errs...)

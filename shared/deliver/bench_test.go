@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -13,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
@@ -28,17 +26,6 @@ const benchConcurrency = 8
 // the pass reaches about 0.4 of the bare loop here).
 const benchBatch = MaxBatch
 
-func benchService(b *testing.B, db *testdb.DB, cfg Config) *Service {
-	b.Helper()
-	cfg.Schema = testdb.Schema
-	s, err := New(db.Pool, cfg, Options{AWS: awsConfig(b), Options: pass.Options{
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "deliver", Out: io.Discard}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return s
-}
-
 // BenchmarkDeliverThroughput: a backlog of pending deliveries to one
 // standard SQS queue on fauxqs, pushed by one bounded pass
 // (DELIVER_CONCURRENCY=8, DELIVER_BATCH_LIMIT=1000), side by side with the bare
@@ -50,7 +37,7 @@ func BenchmarkDeliverThroughput(b *testing.B) {
 	n := benchkit.Size(10_000, 500)
 	db := testdb.New(b)
 	ctx := context.Background()
-	client := sqs.NewFromConfig(awsConfig(b))
+	client := sqs.NewFromConfig(awstest.Config(b))
 
 	// The bare loop's batches: the envelopes deliver builds.
 	var batches [][]types.SendMessageBatchRequestEntry
@@ -64,7 +51,6 @@ func BenchmarkDeliverThroughput(b *testing.B) {
 		last := &batches[len(batches)-1]
 		*last = append(*last, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(len(*last))), MessageBody: aws.String(string(body))})
 	}
-	samples := benchkit.Samples{}
 	bare := benchkit.Arm{Name: "bare", Run: func() time.Duration {
 		url := sqstest.NewQueue(b, client, "bench-bare", nil)
 		return benchkit.Timed(func() {
@@ -82,7 +68,7 @@ func BenchmarkDeliverThroughput(b *testing.B) {
 				convert_to(format('{"order": %s, "total": "129.90", "items": 3}', g - 1), 'UTF8')
 			FROM generate_series(1, $1) g`, n)
 		db.Exec(b, `VACUUM ANALYZE outbox.deliveries`)
-		s := benchService(b, db, Config{Concurrency: benchConcurrency, BatchLimit: benchBatch, Bounded: true, PassBudget: 10 * time.Minute})
+		s := newTestService(b, db, Config{Concurrency: benchConcurrency, BatchLimit: benchBatch, Bounded: true, PassBudget: 10 * time.Minute})
 		return benchkit.Timed(func() {
 			res, err := s.RunOnce(ctx, nil)
 			if err != nil || res.Delivered != int64(n) {
@@ -90,15 +76,7 @@ func BenchmarkDeliverThroughput(b *testing.B) {
 			}
 		})
 	}}
-	b.ResetTimer()
-	for rep := range b.N {
-		samples.Alternate(rep, bare, deliverArm)
-	}
-	b.StopTimer()
-	bareRate, deliverRate := float64(n)/samples.Median("bare"), float64(n)/samples.Median("deliver")
-	b.ReportMetric(bareRate, "bare-msgs/s")
-	b.ReportMetric(deliverRate, "deliver-msgs/s")
-	b.ReportMetric(deliverRate/bareRate, "deliver/bare")
+	benchkit.CompareRates(b, n, bare, deliverArm)
 }
 
 // BenchmarkClaimBesideHistory: the claim statement's cost per batch (the

@@ -29,9 +29,7 @@ func TestDeliveryToAQueueIsAcked(t *testing.T) {
 	if r.Delivered != 1 {
 		t.Errorf("delivered %d, want 1", r.Delivered)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateAcked {
-		t.Errorf("the delivery is %s, want acked", st)
-	}
+	db.WantDeliveryState(t, id, store.StateAcked)
 	msgs := sqstest.Drain(t, c, url, 1, 5*time.Second)
 	if len(msgs) != 1 {
 		t.Fatalf("the queue holds %d messages, want 1", len(msgs))
@@ -75,7 +73,7 @@ func TestUnknownAndDisabledRecipientsAreDeadWithTheirReason(t *testing.T) {
 		reason string
 	}{{unknown, ReasonUnknownRecipient}, {disabled, ReasonRecipientDisabled}} {
 		t.Run(c.reason, func(t *testing.T) {
-			st, reason := stateOf(t, db, c.id)
+			st, reason := db.DeliveryState(t, c.id)
 			if st != store.StateDead {
 				t.Errorf("state %s, want dead", st)
 			}
@@ -93,10 +91,8 @@ func TestUnknownAndDisabledRecipientsAreDeadWithTheirReason(t *testing.T) {
 // recipient, kind and tenant as headers; 2xx acks it.
 func TestWebhookIsSignedAndAcked(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
+	db, rcv := hookScene(t)
 	arn := newSecret(t, `{"current":"k-one"}`)
-	addRecipient(t, db, "hook", rcv.URL+"/in")
 	tenant := "acme"
 	id := enqueue(t, db, "hook", "order.shipped", `{"order":1}`, &tenant)
 	r := runPass(t, newTestService(t, db, hookConfig(rcv, arn)))
@@ -125,19 +121,15 @@ func TestWebhookIsSignedAndAcked(t *testing.T) {
 	if err := Verify([]byte("k-one"), h.Get(HeaderTimestamp), h.Get(HeaderSignature), reqs[0].Body, time.Now(), 5*time.Minute); err != nil {
 		t.Errorf("the signature does not verify with the key: %v", err)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateAcked {
-		t.Errorf("the delivery is %s, want acked", st)
-	}
+	db.WantDeliveryState(t, id, store.StateAcked)
 }
 
 // During a rotation (the secret's "current" is the new key, "previous"
 // the old) each request verifies with either key; after it, only the new.
 func TestSignatureVerifiesAcrossAKeyRotation(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
+	db, rcv := hookScene(t)
 	arn := newSecret(t, `{"current":"old-key"}`)
-	addRecipient(t, db, "hook", rcv.URL+"/in")
 	s := newTestService(t, db, hookConfig(rcv, arn))
 	verifies := func(req webhooktest.Request, key string) bool {
 		return Verify([]byte(key), req.Header.Get(HeaderTimestamp), req.Header.Get(HeaderSignature), req.Body, time.Now(), time.Minute) == nil
@@ -186,16 +178,14 @@ func TestWebhookAnswers(t *testing.T) {
 	} {
 		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
 			t.Parallel()
-			db := testdb.New(t)
-			rcv := webhooktest.Start(t)
+			db, rcv := hookScene(t)
 			rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
 				w.Header().Set("Location", "https://169.254.169.254/")
 				w.WriteHeader(c.status)
 			})
-			addRecipient(t, db, "hook", rcv.URL+"/in")
 			id := enqueue(t, db, "hook", "k", `{}`, nil)
 			runPass(t, newTestService(t, db, hookConfig(rcv, newSecret(t, "key"))))
-			st, reason := stateOf(t, db, id)
+			st, reason := db.DeliveryState(t, id)
 			if st != c.state {
 				t.Errorf("state %s, want %s", st, c.state)
 			}
@@ -215,31 +205,14 @@ func TestWebhookAnswers(t *testing.T) {
 // twice, and the delivery ends acked.
 func TestLostAnswerIsRedeliveredWithTheSameID(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
-	var calls sync.Mutex
-	n := 0
-	rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
-		calls.Lock()
-		n++
-		first := n == 1
-		calls.Unlock()
-		if first {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				conn.Close()
-			}
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	addRecipient(t, db, "hook", rcv.URL+"/in")
+	db, rcv := hookScene(t)
+	rcv.LoseFirstAnswer()
 	id := enqueue(t, db, "hook", "k", `{}`, nil)
 	s := newTestService(t, db, hookConfig(rcv, newSecret(t, "key")))
 	if r := runPass(t, s); r.PushFailed != 1 {
 		t.Errorf("first pass: %d failed pushes, want 1", r.PushFailed)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateDelivered {
+	if st, _ := db.DeliveryState(t, id); st != store.StateDelivered {
 		t.Fatalf("after the lost answer the delivery is %s, want delivered", st)
 	}
 	b, err := store.NewDeliverySweep(store.MustSchema(testdb.Schema)).ResetStuck(context.Background(), db.Pool,
@@ -257,27 +230,15 @@ func TestLostAnswerIsRedeliveredWithTheSameID(t *testing.T) {
 	if a, b := reqs[0].Header.Get(HeaderDeliveryID), reqs[1].Header.Get(HeaderDeliveryID); a != b || a != strconv.FormatInt(id, 10) {
 		t.Errorf("delivery ids %q and %q, want %d twice", a, b, id)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateAcked {
-		t.Errorf("the delivery is %s, want acked", st)
-	}
+	db.WantDeliveryState(t, id, store.StateAcked)
 }
 
 // A webhook that does not answer ends at the budget: the pass returns
 // normally soon after it, the push failed and the row left delivered.
 func TestSlowWebhookEndsAtTheBudget(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	rcv.Answer(func(_ webhooktest.Request, w http.ResponseWriter) {
-		select {
-		case <-release:
-		case <-time.After(30 * time.Second):
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	addRecipient(t, db, "hook", rcv.URL+"/in")
+	db, rcv := hookScene(t)
+	rcv.Hang(t)
 	id := enqueue(t, db, "hook", "k", `{}`, nil)
 	cfg := hookConfig(rcv, newSecret(t, "key"))
 	cfg.PassBudget, cfg.WebhookTimeout = 1500*time.Millisecond, time.Minute
@@ -289,9 +250,7 @@ func TestSlowWebhookEndsAtTheBudget(t *testing.T) {
 	if r.PushFailed != 1 {
 		t.Errorf("%d failed pushes, want 1", r.PushFailed)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateDelivered {
-		t.Errorf("the delivery is %s, want delivered (the sweep's)", st)
-	}
+	db.WantDeliveryState(t, id, store.StateDelivered)
 }
 
 // A webhook whose allowed host resolves to a loopback address is refused
@@ -299,9 +258,7 @@ func TestSlowWebhookEndsAtTheBudget(t *testing.T) {
 // sweep.
 func TestPrivateAddressIsRefusedAtPush(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
-	addRecipient(t, db, "hook", rcv.URL+"/in")
+	db, rcv := hookScene(t)
 	id := enqueue(t, db, "hook", "k", `{}`, nil)
 	cfg := hookConfig(rcv, newSecret(t, "key"))
 	cfg.AllowLoopback = false
@@ -312,9 +269,7 @@ func TestPrivateAddressIsRefusedAtPush(t *testing.T) {
 	if n := len(rcv.Requests()); n != 0 {
 		t.Errorf("the receiver got %d requests, want none", n)
 	}
-	if st, _ := stateOf(t, db, id); st != store.StateDelivered {
-		t.Errorf("the delivery is %s, want delivered", st)
-	}
+	db.WantDeliveryState(t, id, store.StateDelivered)
 }
 
 // Two passes at once, each watching, deliver every row once: the lease
@@ -322,9 +277,7 @@ func TestPrivateAddressIsRefusedAtPush(t *testing.T) {
 // disjoint.
 func TestTwoPassesAtOnceDeliverEachRowOnce(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	rcv := webhooktest.Start(t)
-	addRecipient(t, db, "hook", rcv.URL+"/in")
+	db, rcv := hookScene(t)
 	// Few enough that the passes finish well inside their budget: a push
 	// the budget cuts off is the sweep's, and would arrive again.
 	const n = 200

@@ -2,65 +2,26 @@ package deliver
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-
-	"github.com/outboxkeeper/outboxkeeper/internal/awsenv"
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/webhooktest"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
-// awsConfig is the local stack's SDK configuration with Secrets Manager
-// on moto, which serves it beside EventBridge.
-func awsConfig(t testing.TB) aws.Config {
-	t.Helper()
-	awstest.Config(t)
-	moto := testenv.Require(t, "AWS_ENDPOINT_URL_EVENTBRIDGE")
-	cfg, err := awsenv.From(func(name string) (string, bool) {
-		if name == "AWS_ENDPOINT_URL_SECRETS_MANAGER" {
-			return moto, true
-		}
-		v := testenv.Lookup(name)
-		return v, v != ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Region == "" {
-		cfg.Region = "us-east-1"
-	}
-	return cfg
-}
-
 // newSecret stores value as a new secret on moto and returns its ARN.
 func newSecret(t *testing.T, value string) string {
 	t.Helper()
-	c := secretsmanager.NewFromConfig(awsConfig(t))
-	out, err := c.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
-		Name: aws.String(awstest.Name("deliver-signing")), SecretString: aws.String(value)})
-	if err != nil {
-		t.Fatalf("create secret: %v", err)
-	}
-	return aws.ToString(out.ARN)
+	return awstest.NewSecret(t, awstest.Secrets(t), "deliver-signing", value)
 }
 
 // putSecret gives the secret a new value (a rotation's step).
 func putSecret(t *testing.T, arn, value string) {
 	t.Helper()
-	c := secretsmanager.NewFromConfig(awsConfig(t))
-	if _, err := c.PutSecretValue(context.Background(), &secretsmanager.PutSecretValueInput{
-		SecretId: aws.String(arn), SecretString: aws.String(value)}); err != nil {
-		t.Fatalf("put secret: %v", err)
-	}
+	awstest.PutSecret(t, awstest.Secrets(t), arn, value)
 }
 
 // hookConfig is a bounded pass's Config that pushes webhooks to rcv (with
@@ -72,11 +33,12 @@ func hookConfig(rcv *webhooktest.Receiver, arn string) Config {
 	}
 }
 
-func newTestService(t *testing.T, db *testdb.DB, cfg Config) *Service {
+// newTestService is a Service on db with cfg, its logs and metrics
+// discarded.
+func newTestService(t testing.TB, db *testdb.DB, cfg Config) *Service {
 	t.Helper()
 	cfg.Schema = testdb.Schema
-	s, err := New(db.Pool, cfg, Options{AWS: awsConfig(t), Options: pass.Options{
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "deliver", Out: io.Discard}}})
+	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(t), Options: passtest.Options("deliver")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +55,16 @@ func runPass(t *testing.T, s *Service) *Result {
 	return res
 }
 
+// hookScene is a database with one recipient, "hook", a webhook to the
+// receiver it returns (which answers 204 until told otherwise).
+func hookScene(t *testing.T) (*testdb.DB, *webhooktest.Receiver) {
+	t.Helper()
+	db := testdb.New(t)
+	rcv := webhooktest.Start(t)
+	addRecipient(t, db, "hook", rcv.URL+"/in")
+	return db, rcv
+}
+
 // addRecipient adds a recipient as the operator does, unchecked.
 func addRecipient(t *testing.T, db *testdb.DB, name, target string) {
 	t.Helper()
@@ -103,14 +75,4 @@ func addRecipient(t *testing.T, db *testdb.DB, name, target string) {
 func enqueue(t *testing.T, db *testdb.DB, recipient, kind, payload string, tenant *string) int64 {
 	t.Helper()
 	return testdb.Scalar[int64](t, db.Pool, `SELECT outbox.enqueue($1, $2, convert_to($3, 'UTF8'), $4)`, recipient, kind, payload, tenant)
-}
-
-// stateOf is a delivery's state and dead_reason ("" for none).
-func stateOf(t *testing.T, db *testdb.DB, id int64) (string, string) {
-	t.Helper()
-	var state, reason string
-	if err := db.Pool.QueryRow(context.Background(), `SELECT state, coalesce(dead_reason, '') FROM outbox.deliveries WHERE id = $1`, id).Scan(&state, &reason); err != nil {
-		t.Fatal(err)
-	}
-	return state, reason
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 )
@@ -19,25 +17,7 @@ func TestConsumerMigrationRegrantsRolesSetUpBefore(t *testing.T) {
 	db := testdb.New(t)
 	const schema = "before_consumers"
 	conn := db.Connect(t)
-	list, err := migrate.Load(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := 0 // the last migration before 0021
-	for _, m := range list {
-		if m.Version() < 21 {
-			before = m.Version()
-		}
-	}
-	files, err := migrate.ToolFiles(schema, migrate.Plain, 0, before)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if _, err := conn.Exec(ctx, f.Body, pgx.QueryExecModeSimpleProtocol); err != nil {
-			t.Fatalf("%s: %v", f.Name, err)
-		}
-	}
+	applyBefore(t, conn, schema, 21)
 	op, m := db.NewRole(t), db.NewRole(t)
 	testdb.Exec(t, conn, `SELECT before_consumers.grant_operator($1)`, op.Name)
 	testdb.Exec(t, conn, `SELECT before_consumers.grant_maintainer($1)`, m.Name)

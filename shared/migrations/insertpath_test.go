@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"testing"
 	"time"
@@ -14,14 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // The plain INSERT path (migration 0019): INSERT INTO outbox.events
@@ -45,12 +42,7 @@ func fillPass(t *testing.T, pool *pgxpool.Pool, budget time.Duration) *fill.Resu
 // newFill is the fill of fillPass: bounded, no grace, short ticks.
 func newFill(t *testing.T, pool *pgxpool.Pool, budget time.Duration) *fill.Service {
 	t.Helper()
-	s, err := fill.New(pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: budget, Tick: 50 * time.Millisecond},
-		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return passtest.Fill(t, pool, budget)
 }
 
 // report hands compensate one rollback report, as its queue would, and
@@ -58,12 +50,7 @@ func newFill(t *testing.T, pool *pgxpool.Pool, budget time.Duration) *fill.Servi
 // without a DLQ).
 func report(t *testing.T, pool *pgxpool.Pool, body string) int {
 	t.Helper()
-	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{SQS: sqstest.Client(t), Options: pass.Options{Logger: quiet(),
-		Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := cs.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{
+	resp, err := passtest.Compensate(t, pool, compensate.Config{}).Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{
 		MessageId: "m1", Body: body, EventSource: "aws:sqs",
 		EventSourceARN: "arn:aws:sqs:us-east-1:000000000000:reports",
 		Attributes:     map[string]string{"ApproximateReceiveCount": "1"},
@@ -214,8 +201,7 @@ func TestRule6WriterCannotNameTheColumnsTheDefaultsOwn(t *testing.T) {
 		{"replacing the allocator", `CREATE OR REPLACE FUNCTION outbox.next_sequence() RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint'`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := writer.Pool.Exec(ctx, c.sql)
-			refused(t, c.name, err)
+			refuses(t, writer.Pool, c.name, c.sql)
 		})
 	}
 	t.Run("COPY naming the sequence", func(t *testing.T) {
@@ -630,28 +616,14 @@ func TestPlainInsertIgnoresTheCallersSearchPath(t *testing.T) {
 	db := testdb.New(t)
 	writer := db.Writer(t)
 	ctx := context.Background()
-	db.Exec(t, `GRANT CREATE ON DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` TO `+pgx.Identifier{writer.Name}.Sanitize())
-	conn := writer.Connect(t)
-	for _, sql := range []string{
-		`CREATE SCHEMA planted`,
-		`CREATE FUNCTION planted.ran(what text) RETURNS text LANGUAGE plpgsql AS $$
-			BEGIN RAISE EXCEPTION 'planted % ran', what; END $$`,
-		`CREATE FUNCTION planted.pg_current_xact_id() RETURNS pg_catalog.xid8 LANGUAGE sql
-			AS $$ SELECT planted.ran('pg_current_xact_id')::pg_catalog.xid8 $$`,
-		`CREATE FUNCTION planted.nextval(pg_catalog.regclass) RETURNS bigint LANGUAGE sql
-			AS $$ SELECT planted.ran('nextval')::bigint $$`,
+	conn := plantSchema(t, db, writer,
 		`CREATE FUNCTION planted.next_sequence() RETURNS bigint LANGUAGE sql
 			AS $$ SELECT planted.ran('next_sequence')::bigint $$`,
 		`CREATE FUNCTION planted.eq(pg_catalog.xid8, pg_catalog.xid8) RETURNS boolean LANGUAGE sql
 			AS $$ SELECT planted.ran('=') IS NULL $$`,
 		`CREATE OPERATOR planted.= (LEFTARG = pg_catalog.xid8, RIGHTARG = pg_catalog.xid8, FUNCTION = planted.eq)`,
 		`CREATE DOMAIN planted.xid8 AS pg_catalog.xid8 CHECK (planted.ran('xid8') IS NULL)`,
-		`CREATE DOMAIN planted.regclass AS pg_catalog.regclass CHECK (planted.ran('regclass') IS NULL)`,
-	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("plant: %s: %v", sql, err)
-		}
-	}
+		`CREATE DOMAIN planted.regclass AS pg_catalog.regclass CHECK (planted.ran('regclass') IS NULL)`)
 	var seq int64
 	var xid, own string
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -717,25 +689,7 @@ func TestMigrationKeepsTheGrantsOfTheFunctionsItReplaces(t *testing.T) {
 	db := testdb.New(t)
 	const schema = "regrant"
 	conn := db.Connect(t)
-	list, err := migrate.Load(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := 0 // the last migration before 0019
-	for _, m := range list {
-		if m.Version() < 19 {
-			before = m.Version()
-		}
-	}
-	files, err := migrate.ToolFiles(schema, migrate.Plain, 0, before)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if _, err := conn.Exec(ctx, f.Body, pgx.QueryExecModeSimpleProtocol); err != nil {
-			t.Fatalf("%s: %v", f.Name, err)
-		}
-	}
+	applyBefore(t, conn, schema, 19)
 	reader := db.NewRole(t)
 	writer := db.NewRole(t)
 	testdb.Exec(t, conn, `SELECT regrant.grant_writer($1)`, writer.Name)

@@ -3,36 +3,14 @@ package migrations_test
 import (
 	"context"
 	"encoding/json"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 )
-
-// planNode is one node of EXPLAIN (FORMAT JSON).
-type planNode struct {
-	NodeType     string     `json:"Node Type"`
-	RelationName string     `json:"Relation Name"`
-	IndexName    string     `json:"Index Name"`
-	SharedHit    int64      `json:"Shared Hit Blocks"`
-	SharedRead   int64      `json:"Shared Read Blocks"`
-	ActualRows   float64    `json:"Actual Rows"`
-	TotalCost    float64    `json:"Total Cost"`
-	Plans        []planNode `json:"Plans"`
-}
-
-func (n planNode) walk(fn func(planNode)) {
-	fn(n)
-	for _, c := range n.Plans {
-		c.walk(fn)
-	}
-}
 
 // read_events on a million-row table is one index range scan of the
 // primary key, whatever the table's size: the plan of its query reads
@@ -60,7 +38,11 @@ func TestReadEventsIsOneIndexRangeScanOnAMillionRows(t *testing.T) {
 		}
 	}
 	pages := testdb.Scalar[int64](t, db.Pool, `SELECT relpages FROM pg_class WHERE oid = 'outbox.events'::regclass`)
-	conn, notices := explainingConn(t, db)
+	rec, err := coldplan.Record(ctx, db.DirectURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Close)
 	for _, c := range []struct {
 		name  string
 		after int64
@@ -71,23 +53,28 @@ func TestReadEventsIsOneIndexRangeScanOnAMillionRows(t *testing.T) {
 		{"stopping at the gap above the watermark", 899950, 49},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			notices.reset()
-			n := testdb.Scalar[float64](t, conn, `SELECT count(*) FROM outbox.read_events($1, 100)`, c.after)
+			rec.Take()
+			n := testdb.Scalar[float64](t, rec.Conn, `SELECT count(*) FROM outbox.read_events($1, 100)`, c.after)
 			if n != c.rows {
 				t.Errorf("%s: %v rows, want %v", c.name, n, c.rows)
 			}
-			raw, root, ok := notices.planReading("events")
-			if !ok {
-				t.Fatalf("%s: no plan reads events among the nested statements:\n%s", c.name, notices.all())
+			plans, err := rec.Take()
+			if err != nil {
+				t.Fatal(err)
 			}
+			root, ok := planReading(plans, "events")
+			if !ok {
+				t.Fatalf("%s: no plan reads events among the nested statements: %+v", c.name, plans)
+			}
+			raw, _ := json.Marshal(root)
 			var indexScans, seqScans int
-			root.walk(func(n planNode) {
-				if n.RelationName != "events" {
+			root.Walk(func(n coldplan.Node) {
+				if n.Relation != "events" {
 					return
 				}
-				switch n.NodeType {
+				switch n.Type {
 				case "Index Scan", "Index Only Scan":
-					if n.IndexName == "events_pkey" {
+					if n.Index == "events_pkey" {
 						indexScans++
 					}
 				default:
@@ -100,13 +87,13 @@ func TestReadEventsIsOneIndexRangeScanOnAMillionRows(t *testing.T) {
 			if seqScans != 0 {
 				t.Errorf("%s: %d other scans of events, want none:\n%s", c.name, seqScans, raw)
 			}
-			if root.ActualRows != c.rows {
-				t.Errorf("%s: the query returned %v rows, want %v", c.name, root.ActualRows, c.rows)
+			if root.Rows != c.rows {
+				t.Errorf("%s: the query returned %v rows, want %v", c.name, root.Rows, c.rows)
 			}
 			if touched := root.SharedHit + root.SharedRead; touched > 30 {
-				t.Errorf("%s: %d pages touched for 100 rows of a %d-page table, want at most 30", c.name, touched, pages)
+				t.Errorf("%s: %.0f pages touched for 100 rows of a %d-page table, want at most 30", c.name, touched, pages)
 			} else {
-				t.Logf("%s: %d pages touched of %d, cost %.1f", c.name, touched, pages, root.TotalCost)
+				t.Logf("%s: %.0f pages touched of %d, cost %.1f", c.name, touched, pages, root.Cost)
 			}
 		})
 	}
@@ -143,85 +130,14 @@ func TestReadEventsIsLinearOnColdStatistics(t *testing.T) {
 	}
 }
 
-// explainingConn is a connection of its own straight to the server (the
-// settings are the session's) on which auto_explain sends the plan of
-// every statement, nested ones included, as a NOTICE, collected in the
-// returned notices.
-func explainingConn(t *testing.T, db *testdb.DB) (*pgx.Conn, *noticeLog) {
-	t.Helper()
-	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(db.DirectURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &noticeLog{}
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { log.add(n.Message) }
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	for _, sql := range []string{
-		`LOAD 'auto_explain'`,
-		`SET auto_explain.log_min_duration = 0`,
-		`SET auto_explain.log_nested_statements = on`,
-		`SET auto_explain.log_analyze = on`,
-		`SET auto_explain.log_buffers = on`,
-		`SET auto_explain.log_format = json`,
-		`SET auto_explain.log_level = notice`,
-	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	return conn, log
-}
-
-// noticeLog collects auto_explain's notices: "duration: ... plan:\n{json}".
-type noticeLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (l *noticeLog) add(m string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.msgs = append(l.msgs, m)
-}
-
-func (l *noticeLog) reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.msgs = nil
-}
-
-func (l *noticeLog) all() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.msgs, "\n")
-}
-
-// planReading is the first logged plan with a node on relation, its JSON
-// and its root.
-func (l *noticeLog) planReading(relation string) (string, planNode, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, m := range l.msgs {
-		i := strings.Index(m, "{")
-		if i < 0 {
-			continue
-		}
-		var doc struct {
-			Plan planNode `json:"Plan"`
-		}
-		if json.Unmarshal([]byte(m[i:]), &doc) != nil {
-			continue
-		}
+// planReading is the root of the first plan with a node on relation.
+func planReading(plans []coldplan.Plan, relation string) (coldplan.Node, bool) {
+	for _, p := range plans {
 		found := false
-		doc.Plan.walk(func(n planNode) { found = found || n.RelationName == relation })
+		p.Root.Walk(func(n coldplan.Node) { found = found || n.Relation == relation })
 		if found {
-			return m[i:], doc.Plan, true
+			return p.Root, true
 		}
 	}
-	return "", planNode{}, false
+	return coldplan.Node{}, false
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -14,14 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
-	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
@@ -35,7 +30,14 @@ func refused(t *testing.T, what string, err error) {
 	}
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)) }
+// refuses asserts that q refuses sql (with args) as insufficient_privilege.
+func refuses(t *testing.T, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, what, sql string, args ...any) {
+	t.Helper()
+	_, err := q.Exec(context.Background(), sql, args...)
+	refused(t, what, err)
+}
 
 // The application's role publishes (SQL and Go), reads, and drives
 // deliveries through shared/outbox; it can neither allocate a sequence nor
@@ -75,18 +77,12 @@ func TestWriterRole(t *testing.T) {
 		t.Errorf("the event publish() wrote has xid %v (%v), want the writer's", xid, err)
 	}
 
-	_, err = writer.Pool.Exec(ctx, `SELECT nextval('outbox.events_sequence_seq')`)
-	refused(t, "nextval", err)
-	_, err = writer.Pool.Exec(ctx, `SELECT setval('outbox.events_sequence_seq', 100)`)
-	refused(t, "setval", err)
-	_, err = writer.Pool.Exec(ctx, `INSERT INTO outbox.events (sequence, xid, topic, payload) VALUES (1000, pg_current_xact_id(), 't', '{}')`)
-	refused(t, "insert an event", err)
-	_, err = writer.Pool.Exec(ctx, `INSERT INTO outbox.events (sequence, filled_by) VALUES (1001, 'fill')`)
-	refused(t, "insert a placeholder", err)
-	_, err = writer.Pool.Exec(ctx, `ALTER SEQUENCE outbox.events_sequence_seq CACHE 1`)
-	refused(t, "alter the sequence", err)
-	_, err = writer.Pool.Exec(ctx, `SELECT outbox.grant_maintainer($1)`, writer.Name)
-	refused(t, "grant itself the maintainer's privileges", err)
+	refuses(t, writer.Pool, "nextval", `SELECT nextval('outbox.events_sequence_seq')`)
+	refuses(t, writer.Pool, "setval", `SELECT setval('outbox.events_sequence_seq', 100)`)
+	refuses(t, writer.Pool, "insert an event", `INSERT INTO outbox.events (sequence, xid, topic, payload) VALUES (1000, pg_current_xact_id(), 't', '{}')`)
+	refuses(t, writer.Pool, "insert a placeholder", `INSERT INTO outbox.events (sequence, filled_by) VALUES (1001, 'fill')`)
+	refuses(t, writer.Pool, "alter the sequence", `ALTER SEQUENCE outbox.events_sequence_seq CACHE 1`)
+	refuses(t, writer.Pool, "grant itself the maintainer's privileges", `SELECT outbox.grant_maintainer($1)`, writer.Name)
 
 	// Deliveries through shared/outbox's statements.
 	id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "billing", Kind: "invoice", Payload: []byte("x")})
@@ -113,10 +109,8 @@ func TestWriterRole(t *testing.T) {
 	if err := ob.Ack(ctx, nil, id); err != nil {
 		t.Errorf("Ack: %v", err)
 	}
-	_, err = writer.Pool.Exec(ctx, `UPDATE outbox.deliveries SET redeliveries = 0`)
-	refused(t, "reset redeliveries", err)
-	_, err = writer.Pool.Exec(ctx, `DELETE FROM outbox.deliveries`)
-	refused(t, "delete deliveries", err)
+	refuses(t, writer.Pool, "reset redeliveries", `UPDATE outbox.deliveries SET redeliveries = 0`)
+	refuses(t, writer.Pool, "delete deliveries", `DELETE FROM outbox.deliveries`)
 }
 
 // The application's consumers read with read_events and keep their
@@ -143,12 +137,9 @@ func TestWriterRoleConsumes(t *testing.T) {
 	if stored != 2 {
 		t.Errorf("commit_position stored %d, want 2", stored)
 	}
-	_, err := writer.Pool.Exec(ctx, `UPDATE outbox.consumers SET position = 0`)
-	refused(t, "move a position by hand", err)
-	_, err = writer.Pool.Exec(ctx, `DELETE FROM outbox.events`)
-	refused(t, "delete events", err)
-	_, err = writer.Pool.Exec(ctx, `SELECT owner FROM outbox.leases`)
-	refused(t, "read the fill's lease", err)
+	refuses(t, writer.Pool, "move a position by hand", `UPDATE outbox.consumers SET position = 0`)
+	refuses(t, writer.Pool, "delete events", `DELETE FROM outbox.events`)
+	refuses(t, writer.Pool, "read the fill's lease", `SELECT owner FROM outbox.leases`)
 }
 
 // A role the grant functions did not set up cannot move a consumer's
@@ -158,10 +149,8 @@ func TestCommitPositionIsNotPublic(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	other := db.NewRole(t)
-	ctx := context.Background()
 	db.Exec(t, `GRANT USAGE ON SCHEMA outbox TO `+pgx.Identifier{other.Name}.Sanitize())
-	_, err := other.Pool.Exec(ctx, `SELECT outbox.commit_position('ledger', 0)`)
-	refused(t, "commit_position by a role not set up", err)
+	refuses(t, other.Pool, "commit_position by a role not set up", `SELECT outbox.commit_position('ledger', 0)`)
 }
 
 // Every function of ours is executable only by the roles the grant
@@ -179,8 +168,7 @@ func TestNoFunctionIsExecutableByPublic(t *testing.T) {
 	}
 	writer := db.Writer(t)
 	for _, call := range []string{`SELECT * FROM outbox.sweep_reset(0, 1, 0)`, `SELECT * FROM outbox.present_after(0, 1)`} {
-		_, err := writer.Pool.Exec(context.Background(), call)
-		refused(t, "the writer: "+call, err)
+		refuses(t, writer.Pool, "the writer: "+call, call)
 	}
 }
 
@@ -208,14 +196,10 @@ func TestMaintainerRunsEveryFunction(t *testing.T) {
 	if stored := testdb.Scalar[int64](t, m.Pool, `SELECT outbox.commit_position('relay:default', 1)`); stored != 1 {
 		t.Errorf("commit_position as the maintainer stored %d, want 1", stored)
 	}
-	_, err := m.Pool.Exec(ctx, `UPDATE outbox.consumers SET position = 0`)
-	refused(t, "maintainer moves a position by hand", err)
-	_, err = m.Pool.Exec(ctx, `SELECT nextval('outbox.events_sequence_seq')`)
-	refused(t, "maintainer nextval", err)
-	_, err = m.Pool.Exec(ctx, `SELECT outbox.publish('t', '{}')`)
-	refused(t, "maintainer publish", err)
-	_, err = m.Pool.Exec(ctx, `INSERT INTO outbox.events (sequence, topic, payload) VALUES (9999, 't', '{}')`)
-	refused(t, "maintainer inserts a real event", err)
+	refuses(t, m.Pool, "maintainer moves a position by hand", `UPDATE outbox.consumers SET position = 0`)
+	refuses(t, m.Pool, "maintainer nextval", `SELECT nextval('outbox.events_sequence_seq')`)
+	refuses(t, m.Pool, "maintainer publish", `SELECT outbox.publish('t', '{}')`)
+	refuses(t, m.Pool, "maintainer inserts a real event", `INSERT INTO outbox.events (sequence, topic, payload) VALUES (9999, 't', '{}')`)
 }
 
 // TestRule6WriterRoleCannotBreakRule1 is docs/design.md §3.6. A writer that
@@ -236,14 +220,8 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			db.Exec(t, `SELECT outbox.publish('t', '{}')`)
-			fs, err := fill.New(db.Pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
-				fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := fs.RunOnce(ctx, nil); err != nil { // anchors the watermark at 1
-				t.Fatal(err)
-			}
+			fs := passtest.Fill(t, db.Pool, 20*time.Second)
+			passtest.Run(t, ctx, fs) // anchors the watermark at 1
 
 			// The break, by a role that may nextval.
 			owner := db.Connect(t)
@@ -273,11 +251,9 @@ func TestRule6WriterRoleCannotBreakRule1(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = wtx.Exec(ctx, `SELECT nextval('outbox.events_sequence_seq')`)
-			refused(t, "the writer role's nextval", err)
+			refuses(t, wtx, "the writer role's nextval", `SELECT nextval('outbox.events_sequence_seq')`)
 			_ = wtx.Rollback(ctx)
-			_, err = wconn.Exec(ctx, `INSERT INTO outbox.events (sequence, xid, topic, payload) VALUES ($1, pg_current_xact_id(), 't', '{}')`, held+100)
-			refused(t, "the writer role's direct insert", err)
+			refuses(t, wconn, "the writer role's direct insert", `INSERT INTO outbox.events (sequence, xid, topic, payload) VALUES ($1, pg_current_xact_id(), 't', '{}')`, held+100)
 		})
 	}
 }
@@ -317,17 +293,8 @@ func TestPublishIgnoresTheCallersSearchPath(t *testing.T) {
 	db := testdb.New(t)
 	writer := db.Writer(t)
 	ctx := context.Background()
-	db.Exec(t, `GRANT CREATE ON DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` TO `+pgx.Identifier{writer.Name}.Sanitize())
 	db.Exec(t, `SELECT outbox.set_publish_notifications(true)`)
-	conn := writer.Connect(t)
-	for _, sql := range []string{
-		`CREATE SCHEMA planted`,
-		`CREATE FUNCTION planted.ran(what text) RETURNS text LANGUAGE plpgsql AS $$
-			BEGIN RAISE EXCEPTION 'planted % ran', what; END $$`,
-		`CREATE FUNCTION planted.pg_current_xact_id() RETURNS pg_catalog.xid8 LANGUAGE sql
-			AS $$ SELECT planted.ran('pg_current_xact_id')::pg_catalog.xid8 $$`,
-		`CREATE FUNCTION planted.nextval(pg_catalog.regclass) RETURNS bigint LANGUAGE sql
-			AS $$ SELECT planted.ran('nextval')::bigint $$`,
+	conn := plantSchema(t, db, writer,
 		`CREATE FUNCTION planted.pg_notify(pg_catalog.text, pg_catalog.text) RETURNS void LANGUAGE sql
 			AS $$ SELECT planted.ran('pg_notify')::pg_catalog.text; $$`,
 		`CREATE FUNCTION planted.current_setting(pg_catalog.text, boolean) RETURNS pg_catalog.text LANGUAGE sql
@@ -342,12 +309,7 @@ func TestPublishIgnoresTheCallersSearchPath(t *testing.T) {
 		`CREATE OPERATOR planted.|| (LEFTARG = pg_catalog.text, RIGHTARG = bigint, FUNCTION = planted.cat)`,
 		`CREATE DOMAIN planted.jsonb AS pg_catalog.jsonb CHECK (planted.ran('jsonb') IS NULL)`,
 		`CREATE DOMAIN planted.xid8 AS pg_catalog.xid8 CHECK (planted.ran('xid8') IS NULL)`,
-		`CREATE DOMAIN planted.text AS pg_catalog.text CHECK (planted.ran('text') IS NULL)`,
-	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("plant: %s: %v", sql, err)
-		}
-	}
+		`CREATE DOMAIN planted.text AS pg_catalog.text CHECK (planted.ran('text') IS NULL)`)
 	for name, sql := range map[string]string{
 		"publish":       `SELECT outbox.publish('t', '{"a":1}')`,
 		"publish_batch": `SELECT pg_catalog.max(s) FROM outbox.publish_batch('t', ARRAY['{"b":2}'::pg_catalog.jsonb, '{"c":3}']) s`,
@@ -373,6 +335,26 @@ func TestPublishIgnoresTheCallersSearchPath(t *testing.T) {
 	}
 }
 
+// rolledBackPublish publishes one event in a transaction it rolls back,
+// and returns the sequence it burned and the writer's xid.
+func rolledBackPublish(t *testing.T, db *testdb.DB) (int64, string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq int64
+	var xid string
+	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&seq, &xid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return seq, xid
+}
+
 // everyPassDoesItsWork runs fill, compensate, sweep and prune on pool,
 // each on work set up for it with the owner's db.Pool, and checks each did
 // it: the maintainer role's test, and the planted-operator test's.
@@ -386,50 +368,16 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	}
 	// fill: 1 committed, 2 rolled back, 3 committed.
 	exec(`SELECT outbox.publish('t', '{}')`)
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var burned int64
-	var burnedXID string
-	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&burned, &burnedXID); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rolledBackPublish(t, db)
 	exec(`SELECT outbox.publish('t', '{}')`)
-	fs, err := fill.New(pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 20 * time.Second, Tick: 50 * time.Millisecond},
-		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fr, err := fs.RunOnce(ctx, nil)
-	if err != nil {
-		t.Fatalf("fill: %v", err)
-	}
+	fr := passtest.Run(t, ctx, passtest.Fill(t, pool, 20*time.Second))
 	if fr.Filled != 1 {
 		t.Errorf("fill: Filled = %d, want 1 (result %+v)", fr.Filled, fr)
 	}
 
 	// compensate: a reported rollback of a finished writer.
-	tx, err = db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reported int64
-	var reportedXID string
-	if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}'), pg_current_xact_id()::text`).Scan(&reported, &reportedXID); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := compensate.New(pool, compensate.Config{}, compensate.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "compensate", Out: io.Discard}}, SQS: sqstest.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := cs.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{
+	reported, reportedXID := rolledBackPublish(t, db)
+	resp, err := passtest.Compensate(t, pool, compensate.Config{}).Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{
 		MessageId:      "m1",
 		Body:           fmt.Sprintf(`{"v":1,"xid":%q,"sequences":[%d]}`, reportedXID, reported),
 		EventSource:    "aws:sqs",
@@ -455,14 +403,7 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 		VALUES ('r', 'k', '', 'delivered', 11, 10, now() - interval '2 minutes') RETURNING id`).Scan(&dying); err != nil {
 		t.Fatal(err)
 	}
-	ss, err := sweep.New(pool, sweep.Config{}, sweep.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "sweep", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sr, err := ss.RunOnce(ctx, nil)
-	if err != nil {
-		t.Fatalf("sweep: %v", err)
-	}
+	sr := passtest.Run(t, ctx, passtest.Sweep(t, pool, sweep.Config{}))
 	if sr.Reset != 1 {
 		t.Errorf("sweep: Reset = %d, want 1", sr.Reset)
 	}
@@ -474,15 +415,7 @@ func everyPassDoesItsWork(t *testing.T, ctx context.Context, db *testdb.DB, pool
 	// (the fill has filled the gap, so 1..3 are contiguous).
 	exec(`UPDATE outbox.deliveries SET state = 'acked', created_at = now() - interval '2 days', acked_at = now() - interval '2 days' WHERE id = $1`, stuck)
 	exec(`UPDATE outbox.events SET recorded_at = now() - interval '2 days'`)
-	ps, err := prune.New(pool, prune.Config{EventsAfter: time.Hour},
-		prune.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "prune", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, err := ps.RunOnce(ctx, nil)
-	if err != nil {
-		t.Fatalf("prune: %v", err)
-	}
+	pr := passtest.Run(t, ctx, passtest.Prune(t, pool, prune.Config{EventsAfter: time.Hour}))
 	if pr.DeletedAcked != 1 {
 		t.Errorf("prune: DeletedAcked = %d, want 1", pr.DeletedAcked)
 	}

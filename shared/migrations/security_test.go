@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	migrate "github.com/outboxkeeper/outboxkeeper/shared/migrations"
@@ -39,6 +40,31 @@ func plantHijacks(t *testing.T, db *testdb.DB) {
 			t.Fatalf("plant: %v\n%s", err, sql)
 		}
 	}
+}
+
+// plantSchema lets writer create a schema, has it create "planted" with
+// planted.ran(what), which raises "planted <what> ran", planted
+// pg_current_xact_id and nextval that call it, and then each of objects,
+// and returns writer's connection: a caller that puts planted first on its
+// search_path sees any of them that runs fail its statement.
+func plantSchema(t *testing.T, db *testdb.DB, writer *testdb.Role, objects ...string) *pgx.Conn {
+	t.Helper()
+	db.Exec(t, `GRANT CREATE ON DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` TO `+pgx.Identifier{writer.Name}.Sanitize())
+	conn := writer.Connect(t)
+	for _, sql := range append([]string{
+		`CREATE SCHEMA planted`,
+		`CREATE FUNCTION planted.ran(what text) RETURNS text LANGUAGE plpgsql AS $$
+			BEGIN RAISE EXCEPTION 'planted % ran', what; END $$`,
+		`CREATE FUNCTION planted.pg_current_xact_id() RETURNS pg_catalog.xid8 LANGUAGE sql
+			AS $$ SELECT planted.ran('pg_current_xact_id')::pg_catalog.xid8 $$`,
+		`CREATE FUNCTION planted.nextval(pg_catalog.regclass) RETURNS bigint LANGUAGE sql
+			AS $$ SELECT planted.ran('nextval')::bigint $$`,
+	}, objects...) {
+		if _, err := conn.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("plant: %s: %v", sql, err)
+		}
+	}
+	return conn
 }
 
 // The planted objects are really picked on an unpinned search_path, so

@@ -3,7 +3,6 @@ package migrations_test
 import (
 	"context"
 	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
-	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // skipScene is a test database whose fill watermark is anchored at 1 (one
@@ -27,12 +25,7 @@ func skipScene(t *testing.T) (*testdb.DB, context.Context) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
-	fs, err := fill.New(db.Pool, fill.Config{Grace: pass.Off, Bounded: true, PassBudget: 5 * time.Second, Tick: 50 * time.Millisecond},
-		fill.Options{Options: pass.Options{Logger: quiet(), Metrics: &metrics.Emitter{Function: "fill", Out: io.Discard}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := fs.RunOnce(ctx, nil); err != nil || res.Watermark != 1 {
+	if res, err := passtest.Fill(t, db.Pool, 5*time.Second).RunOnce(ctx, nil); err != nil || res.Watermark != 1 {
 		t.Fatalf("anchoring pass: %v, %v", res, err)
 	}
 	tx, err := db.Pool.Begin(ctx)
@@ -93,23 +86,15 @@ func TestOperatorRole(t *testing.T) {
 		t.Errorf("the record's db_user = %q, want the operator's login %q", skip.DBUser, op.Name)
 	}
 
-	_, err = op.Pool.Exec(ctx, `SELECT payload FROM outbox.deliveries`)
-	refused(t, "read a delivery's payload", err)
-	_, err = op.Pool.Exec(ctx, `SELECT count(*) FROM outbox.events`)
-	refused(t, "read events", err)
-	_, err = op.Pool.Exec(ctx, `INSERT INTO outbox.events (sequence, filled_by) VALUES (3, 'operator')`)
-	refused(t, "insert a placeholder directly", err)
-	_, err = op.Pool.Exec(ctx, `INSERT INTO outbox.stall_skips (db_user, operator, reason, from_watermark, to_sequence, head, written)
+	refuses(t, op.Pool, "read a delivery's payload", `SELECT payload FROM outbox.deliveries`)
+	refuses(t, op.Pool, "read events", `SELECT count(*) FROM outbox.events`)
+	refuses(t, op.Pool, "insert a placeholder directly", `INSERT INTO outbox.events (sequence, filled_by) VALUES (3, 'operator')`)
+	refuses(t, op.Pool, "write the record directly", `INSERT INTO outbox.stall_skips (db_user, operator, reason, from_watermark, to_sequence, head, written)
 		VALUES ('x', 'x', 'x', 0, 1, 1, 0)`)
-	refused(t, "write the record directly", err)
-	_, err = op.Pool.Exec(ctx, `UPDATE outbox.stall_skips SET reason = 'nothing happened'`)
-	refused(t, "rewrite the record", err)
-	_, err = op.Pool.Exec(ctx, `DELETE FROM outbox.deliveries`)
-	refused(t, "delete deliveries", err)
-	_, err = op.Pool.Exec(ctx, `SELECT outbox.commit_position('ledger', 0)`)
-	refused(t, "move a consumer", err)
-	_, err = op.Pool.Exec(ctx, `SELECT nextval('outbox.events_sequence_seq')`)
-	refused(t, "nextval", err)
+	refuses(t, op.Pool, "rewrite the record", `UPDATE outbox.stall_skips SET reason = 'nothing happened'`)
+	refuses(t, op.Pool, "delete deliveries", `DELETE FROM outbox.deliveries`)
+	refuses(t, op.Pool, "move a consumer", `SELECT outbox.commit_position('ledger', 0)`)
+	refuses(t, op.Pool, "nextval", `SELECT nextval('outbox.events_sequence_seq')`)
 }
 
 // The functions' role writes only what it proved or was told: it cannot

@@ -25,6 +25,28 @@ func mustLoad(t *testing.T, schema string) []migrate.Migration {
 	return list
 }
 
+// applyBefore applies, the way a tool would (ToolFiles, plain), every
+// migration of schema before version v: the schema as it was when v
+// came, for a test of what v does to what was there.
+func applyBefore(t *testing.T, conn *pgx.Conn, schema string, v int) {
+	t.Helper()
+	before := 0
+	for _, m := range mustLoad(t, schema) {
+		if m.Version() < v {
+			before = m.Version()
+		}
+	}
+	files, err := migrate.ToolFiles(schema, migrate.Plain, 0, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, err := conn.Exec(context.Background(), f.Body, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%s: %v", f.Name, err)
+		}
+	}
+}
+
 func status(t *testing.T, db *testdb.DB, schema string) *migrate.Status {
 	t.Helper()
 	st, err := migrate.ReadStatus(context.Background(), db.Pool, schema)

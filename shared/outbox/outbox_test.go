@@ -27,10 +27,16 @@ func newOutbox(t testing.TB, db *testdb.DB, opts outbox.Options) *outbox.Outbox 
 	return ob
 }
 
+// newScene is a fresh database and an Outbox on it with the defaults.
+func newScene(t *testing.T) (*testdb.DB, *outbox.Outbox) {
+	t.Helper()
+	db := testdb.New(t)
+	return db, newOutbox(t, db, outbox.Options{})
+}
+
 func TestPublishRecordsXIDAndReturnsSequencesInOrder(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	ob := newOutbox(t, db, outbox.Options{})
+	db, ob := newScene(t)
 	ctx := context.Background()
 
 	tx, err := db.Pool.Begin(ctx)
@@ -84,9 +90,8 @@ func TestPublishRecordsXIDAndReturnsSequencesInOrder(t *testing.T) {
 // fails here.
 func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db, ob := newScene(t)
 	ctx := context.Background()
-	ob := newOutbox(t, db, outbox.Options{})
 
 	// LOCK TABLE refuses sequences; ALTER SEQUENCE takes SHARE ROW
 	// EXCLUSIVE, which nextval's ROW EXCLUSIVE waits for. CACHE 1 is what
@@ -167,9 +172,8 @@ func TestWriterHasXIDBeforeItAllocates(t *testing.T) {
 
 func TestReadContiguousStopsAtGapAndPassesPlaceholders(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db, ob := newScene(t)
 	ctx := context.Background()
-	ob := newOutbox(t, db, outbox.Options{})
 	events := store.NewEvents(db.Schema)
 
 	publish := func(n int) []int64 {
@@ -240,9 +244,8 @@ func TestReadContiguousStopsAtGapAndPassesPlaceholders(t *testing.T) {
 
 func TestDeliveryTransitions(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db, ob := newScene(t)
 	ctx := context.Background()
-	ob := newOutbox(t, db, outbox.Options{})
 	tenant := "acme"
 	id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "r1", Kind: "email", TenantID: &tenant, Payload: []byte("hi")})
 	if err != nil {
@@ -296,9 +299,8 @@ func TestDeliveryTransitions(t *testing.T) {
 // has exactly one winner and one typed loser.
 func TestRacingTransitionsHaveOneWinner(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db, ob := newScene(t)
 	ctx := context.Background()
-	ob := newOutbox(t, db, outbox.Options{})
 	const rows = 50
 	ids := make([]int64, rows)
 	for i := range ids {
@@ -368,9 +370,8 @@ var _ = pgx.ErrNoRows
 // slow push would look stuck to the sweep the moment it commits.
 func TestDeliveredAtIsTheMarkTime(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db, ob := newScene(t)
 	ctx := context.Background()
-	ob := newOutbox(t, db, outbox.Options{})
 	id, err := ob.Enqueue(ctx, nil, outbox.NewDelivery{Recipient: "r", Kind: "k", Payload: []byte("x")})
 	if err != nil {
 		t.Fatal(err)

@@ -71,9 +71,8 @@ func span(lo, hi int64) []int64 {
 // writer commits, it moves on.
 func TestConsumerCrossesAPrunedPrefixAndStopsAtAnUnprovenGap(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db, ob := newScene(t)
 	ctx := context.Background()
-	ob := newOutbox(t, db, outbox.Options{})
 	publishCommitted(t, ob, 10) // 1..10
 	// The fill has passed 10; prune deletes 1..6 (recorded long ago).
 	db.Exec(t, `UPDATE outbox.fill_state SET started = true, watermark = 10`)
@@ -124,8 +123,7 @@ func TestConsumerCrossesAPrunedPrefixAndStopsAtAnUnprovenGap(t *testing.T) {
 // MaxRead.
 func TestReadEventsArguments(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	ob := newOutbox(t, db, outbox.Options{})
+	db, ob := newScene(t)
 	publishCommitted(t, ob, 5)
 	for _, c := range []struct {
 		call string
@@ -155,9 +153,8 @@ func TestReadEventsArguments(t *testing.T) {
 // refuses a position above the allocation head or below 0.
 func TestCommitPositionOnlyMovesForward(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db, ob := newScene(t)
 	ctx := context.Background()
-	ob := newOutbox(t, db, outbox.Options{})
 	publishCommitted(t, ob, 10)
 	commit := func(name string, p int64) (int64, error) {
 		var stored int64
@@ -237,8 +234,7 @@ func TestCommitPositionBoundsTheConsumerName(t *testing.T) {
 // sends anything, saying why.
 func TestConsumeRefusesALongNameBeforeItSends(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	ob := newOutbox(t, db, outbox.Options{})
+	_, ob := newScene(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := ob.Consume(ctx, outbox.ConsumerOptions{Name: strings.Repeat("n", outbox.MaxConsumerName+1)},
@@ -280,9 +276,8 @@ func notifications(t *testing.T, conn *pgx.Conn, quiet time.Duration) []string {
 // for a rollback; a savepoint rolled back takes its part with it.
 func TestPublishNotifiesOncePerCommittingTransaction(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db, ob := newScene(t)
 	ctx := context.Background()
-	ob := newOutbox(t, db, outbox.Options{})
 	conn := listen(t, db)
 	db.Exec(t, `SELECT outbox.set_publish_notifications(true)`)
 
@@ -351,8 +346,7 @@ func TestPublishNotifiesOncePerCommittingTransaction(t *testing.T) {
 // publisher), and switched off again it stops.
 func TestPublishNotificationsAreOffUntilSwitchedOn(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	ob := newOutbox(t, db, outbox.Options{})
+	db, ob := newScene(t)
 	conn := listen(t, db)
 	publishCommitted(t, ob, 1)
 	if got := notifications(t, conn, 500*time.Millisecond); len(got) != 0 {
@@ -374,8 +368,7 @@ func TestPublishNotificationsAreOffUntilSwitchedOn(t *testing.T) {
 // position of each batch's last event after the handler returns.
 func TestConsumeHandsBatchesInOrderAndCommitsAfter(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	ob := newOutbox(t, db, outbox.Options{})
+	db, ob := newScene(t)
 	publishCommitted(t, ob, 25)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -424,8 +417,7 @@ func TestConsumeHandsBatchesInOrderAndCommitsAfter(t *testing.T) {
 // was, so the batch is handed over again next time (at-least-once).
 func TestConsumeLeavesThePositionWhenHandlingFails(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	ob := newOutbox(t, db, outbox.Options{})
+	db, ob := newScene(t)
 	publishCommitted(t, ob, 5)
 	boom := errors.New("boom")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -443,8 +435,7 @@ func TestConsumeLeavesThePositionWhenHandlingFails(t *testing.T) {
 // within the test).
 func TestConsumeWakesOnTheNotification(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	ob := newOutbox(t, db, outbox.Options{})
+	db, ob := newScene(t)
 	db.Exec(t, `SELECT outbox.set_publish_notifications(true)`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -497,8 +488,7 @@ func TestConsumeWakesOnTheNotification(t *testing.T) {
 // the call.
 func TestPublishHeaders(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	ob := newOutbox(t, db, outbox.Options{})
+	_, ob := newScene(t)
 	err := ob.InTx(context.Background(), func(ctx context.Context, tx *outbox.Tx) error {
 		_, err := tx.Publish(ctx, "t", map[string]int{"a": 1}, outbox.Headers{"trace_id": "abc"}, map[string]int{"a": 2})
 		return err
@@ -531,8 +521,7 @@ func TestPublishHeaders(t *testing.T) {
 // InTx takes pgx.TxOptions.
 func TestInTxTakesTxOptions(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	ob := newOutbox(t, db, outbox.Options{})
+	_, ob := newScene(t)
 	var level string
 	err := ob.InTx(context.Background(), func(ctx context.Context, tx *outbox.Tx) error {
 		return tx.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level)
@@ -605,9 +594,7 @@ func TestWrapReportsARollbackWithTheXID(t *testing.T) {
 	if err := tx.Rollback(ctx); !errors.Is(err, pgx.ErrTxClosed) {
 		t.Errorf("Rollback after Commit = %v, want pgx.ErrTxClosed", err)
 	}
-	if extra := received(0); len(extra) != 0 {
-		t.Errorf("a committed transaction reported %+v", extra)
-	}
+	wantNoReport(t, received)
 }
 
 // database/sql code that keeps its own statements, without the library:

@@ -45,6 +45,15 @@ func sqsReporter(t *testing.T, maxSequences int) (*sqsreport.Reporter, func(want
 	}
 }
 
+// wantNoReport fails the test if a report arrives: a committed
+// transaction sends none.
+func wantNoReport(t *testing.T, received func(want int) []report.Report) {
+	t.Helper()
+	if extra := received(0); len(extra) != 0 {
+		t.Errorf("a committed transaction reported %+v", extra)
+	}
+}
+
 func TestReporterDeliversIntactAndChunks(t *testing.T) {
 	t.Parallel()
 	reporter, received := sqsReporter(t, 3)

@@ -43,7 +43,6 @@ func BenchmarkBareSend(b *testing.B) {
 		*last = append(*last, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i % 10)), MessageBody: aws.String(string(body))})
 	}
 
-	samples := benchkit.Samples{}
 	bare := benchkit.Arm{Name: "bare", Run: func() time.Duration {
 		url := sqstest.NewQueue(b, client, "bench-bare", nil)
 		return benchkit.Timed(func() {
@@ -68,13 +67,5 @@ func BenchmarkBareSend(b *testing.B) {
 			}
 		})
 	}}
-	b.ResetTimer()
-	for rep := range b.N {
-		samples.Alternate(rep, bare, sender)
-	}
-	b.StopTimer()
-	bareRate, senderRate := float64(n)/samples.Median("bare"), float64(n)/samples.Median("sender")
-	b.ReportMetric(bareRate, "bare-msgs/s")
-	b.ReportMetric(senderRate, "sender-msgs/s")
-	b.ReportMetric(senderRate/bareRate, "sender/bare")
+	benchkit.CompareRates(b, n, bare, sender)
 }

@@ -1,6 +1,6 @@
 // Package awstest talks to the local stack's AWS emulators beside fauxqs's
 // SQS (internal/sqstest) with the real aws-sdk-go-v2 clients: SNS on
-// fauxqs, Kinesis on kinesalite, EventBridge on moto. Each helper makes a
+// fauxqs, Kinesis on kinesalite, EventBridge and Secrets Manager on moto. Each helper makes a
 // fresh, uniquely named resource that is deleted after the test, and reads
 // back what the emulator received.
 package awstest
@@ -16,6 +16,7 @@ import (
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -28,13 +29,16 @@ import (
 // functions' own loader) from what testenv finds, so a client made from it
 // reaches each emulator through AWS_ENDPOINT_URL_<SERVICE> as a deployed
 // function reaches AWS. It ends the test when the stack's endpoints are
-// missing.
+// missing. Secrets Manager is moto's, which serves it beside EventBridge.
 func Config(t testing.TB) aws.Config {
 	t.Helper()
 	for _, v := range []string{"AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SNS", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_EVENTBRIDGE"} {
 		testenv.Require(t, v)
 	}
 	cfg, err := awsenv.From(func(name string) (string, bool) {
+		if name == "AWS_ENDPOINT_URL_SECRETS_MANAGER" {
+			name = "AWS_ENDPOINT_URL_EVENTBRIDGE"
+		}
 		v := testenv.Lookup(name)
 		return v, v != ""
 	})
@@ -176,6 +180,35 @@ func MotoSQS(t testing.TB) *sqs.Client {
 	return sqs.NewFromConfig(Config(t), func(o *sqs.Options) {
 		o.BaseEndpoint = aws.String(testenv.Require(t, "AWS_ENDPOINT_URL_EVENTBRIDGE"))
 	})
+}
+
+// Secrets is a Secrets Manager client on moto.
+func Secrets(t testing.TB) *secretsmanager.Client { return secretsmanager.NewFromConfig(Config(t)) }
+
+// NewSecret stores value as a new secret (deleted after the test) and
+// returns its ARN.
+func NewSecret(t testing.TB, c *secretsmanager.Client, prefix, value string) string {
+	t.Helper()
+	name := Name(prefix)
+	out, err := c.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
+		Name: aws.String(name), SecretString: aws.String(value)})
+	if err != nil {
+		t.Fatalf("awstest: create secret %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_, _ = c.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{
+			SecretId: out.ARN, ForceDeleteWithoutRecovery: aws.Bool(true)})
+	})
+	return aws.ToString(out.ARN)
+}
+
+// PutSecret gives the secret a new value, as a rotation's step does.
+func PutSecret(t testing.TB, c *secretsmanager.Client, arn, value string) {
+	t.Helper()
+	if _, err := c.PutSecretValue(context.Background(), &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(arn), SecretString: aws.String(value)}); err != nil {
+		t.Fatalf("awstest: put secret %s: %v", arn, err)
+	}
 }
 
 // Bus is an event bus on moto whose one rule sends every event from

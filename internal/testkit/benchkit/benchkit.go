@@ -60,6 +60,22 @@ func (s Samples) Alternate(rep int, arms ...Arm) {
 	}
 }
 
+// CompareRates times base and arm alternately (Alternate) for b.N
+// repetitions, each doing n messages, and reports each one's median rate
+// as <name>-msgs/s and arm's over base's as <arm>/<base>.
+func CompareRates(b *testing.B, n int, base, arm Arm) {
+	samples := Samples{}
+	b.ResetTimer()
+	for rep := range b.N {
+		samples.Alternate(rep, base, arm)
+	}
+	b.StopTimer()
+	baseRate, armRate := float64(n)/samples.Median(base.Name), float64(n)/samples.Median(arm.Name)
+	b.ReportMetric(baseRate, base.Name+"-msgs/s")
+	b.ReportMetric(armRate, arm.Name+"-msgs/s")
+	b.ReportMetric(armRate/baseRate, arm.Name+"/"+base.Name)
+}
+
 // Timed runs f and returns how long it took.
 func Timed(f func()) time.Duration {
 	start := time.Now()

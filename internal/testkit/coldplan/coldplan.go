@@ -4,9 +4,9 @@
 // statement really ran with, nested ones included, and the check that
 // every node of them did work bounded by the statement's batch.
 //
-// The plans come from auto_explain with ANALYZE on a connection of their
-// own straight to the server (LOAD is per session, which a transaction
-// pooler cannot keep), logged as NOTICEs in JSON. A plan is judged by the
+// The plans come from auto_explain with ANALYZE and BUFFERS on a
+// connection of their own straight to the server (LOAD is per session,
+// which a transaction pooler cannot keep), logged as NOTICEs in JSON. A plan is judged by the
 // rows its nodes produced and discarded, never by time.
 package coldplan
 
@@ -38,6 +38,9 @@ type Node struct {
 	Loops               float64 `json:"Actual Loops"`
 	RemovedByFilter     float64 `json:"Rows Removed by Filter"`
 	RemovedByJoinFilter float64 `json:"Rows Removed by Join Filter"`
+	SharedHit           float64 `json:"Shared Hit Blocks"`
+	SharedRead          float64 `json:"Shared Read Blocks"`
+	Cost                float64 `json:"Total Cost"`
 	Plans               []Node  `json:"Plans"`
 }
 
@@ -82,6 +85,7 @@ func Record(ctx context.Context, url string) (*Recorder, error) {
 		`SET auto_explain.log_min_duration = 0`,
 		`SET auto_explain.log_analyze = on`,
 		`SET auto_explain.log_timing = off`,
+		`SET auto_explain.log_buffers = on`,
 		`SET auto_explain.log_nested_statements = on`,
 		`SET auto_explain.log_format = json`,
 		`SET auto_explain.log_level = notice`,
@@ -166,7 +170,7 @@ func Check(plans []Plan, batch int) []Excess {
 		if len(p.JIT) > 0 && string(p.JIT) != "null" && p.Root.Type != "Function Scan" {
 			out = append(out, Excess{Query: p.Query, Node: label(p.Root), What: "compiled (JIT)", Count: 1})
 		}
-		walk(p.Root, func(n Node) {
+		p.Root.Walk(func(n Node) {
 			loops := max(n.Loops, 1)
 			for _, c := range []struct {
 				what  string
@@ -185,10 +189,11 @@ func Check(plans []Plan, batch int) []Excess {
 	return out
 }
 
-func walk(n Node, f func(Node)) {
+// Walk calls f on n and on every node below it, parents first.
+func (n Node) Walk(f func(Node)) {
 	f(n)
 	for _, c := range n.Plans {
-		walk(c, f)
+		c.Walk(f)
 	}
 }
 
@@ -327,7 +332,7 @@ func shape(b *strings.Builder, n Node, batch []string) {
 func otherTables(n Node, batch []string) ([]string, bool) {
 	var rels []string
 	only := true
-	walk(n, func(c Node) {
+	n.Walk(func(c Node) {
 		if c.Relation == "" {
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testcluster"
 )
@@ -79,6 +80,38 @@ func (r *Receiver) Answer(fn func(req Request, w http.ResponseWriter)) {
 // Status makes every answer code.
 func (r *Receiver) Status(code int) {
 	r.Answer(func(_ Request, w http.ResponseWriter) { w.WriteHeader(code) })
+}
+
+// LoseFirstAnswer makes the first request's answer be lost (the handler
+// aborts, the connection closes with no response: the receiver took it,
+// the sender cannot know) and every later one answer 200.
+func (r *Receiver) LoseFirstAnswer() {
+	var mu sync.Mutex
+	calls := 0
+	r.Answer(func(_ Request, w http.ResponseWriter) {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if first {
+			panic(http.ErrAbortHandler)
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
+// Hang makes every answer wait until the test ends (a minute at most): a
+// webhook that never answers within any budget a test gives. Called after
+// Start, its cleanup frees the waiting handlers before the server closes.
+func (r *Receiver) Hang(t testing.TB) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	r.Answer(func(_ Request, w http.ResponseWriter) {
+		select {
+		case <-release:
+		case <-time.After(time.Minute):
+		}
+	})
 }
 
 func (r *Receiver) serve(w http.ResponseWriter, hr *http.Request) {
