@@ -347,8 +347,10 @@ func number(v any) (int, bool) {
 }
 
 // checkQueueConsumers: every SQS-triggered function reports partial batch
-// failures, and its queue's visibility timeout is at least six times the
-// function's timeout (AWS's guidance for Lambda event sources).
+// failures, its queue's visibility timeout is at least six times the
+// function's timeout (AWS's guidance for Lambda event sources), and it has
+// no batching window: the window is whole seconds, so the smallest one
+// alone would hold a report past its latency target.
 func checkQueueConsumers(tpl *template) []string {
 	var problems []string
 	consumers := 0
@@ -372,6 +374,9 @@ func checkQueueConsumers(tpl *template) []string {
 			}
 			if visibility < 6*timeout {
 				problems = append(problems, fmt.Sprintf("%s: VisibilityTimeout %d < 6 x %s Timeout %d", queue, visibility, fn, timeout))
+			}
+			if window, _ := number(ev["MaximumBatchingWindowInSeconds"]); window != 0 {
+				problems = append(problems, fmt.Sprintf("%s: MaximumBatchingWindowInSeconds %d: a lone report would wait that long for company, past the reported rollback's 0.5 s", fn, window))
 			}
 		}
 	}
@@ -544,6 +549,8 @@ func TestChecksCatchBreakage(t *testing.T) {
 			want: "VisibilityTimeout 179 < 6 x CompensateFunction Timeout 30"},
 		{name: "global timeout raised", old: "    Timeout: 30\n", new: "    Timeout: 31\n",
 			want: "< 6 x CompensateFunction Timeout 31"},
+		{name: "a batching window", old: "MaximumBatchingWindowInSeconds: 0", new: "MaximumBatchingWindowInSeconds: 1",
+			want: "CompensateFunction: MaximumBatchingWindowInSeconds 1"},
 		{name: "no partial batch response", old: "FunctionResponseTypes: [ReportBatchItemFailures]", new: "FunctionResponseTypes: []",
 			want: "lacks FunctionResponseTypes"},
 		{name: "scheduled without reserved concurrency",
