@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -149,5 +150,36 @@ func TestInsertRowJudgesTheFsyncOnRatio(t *testing.T) {
 	}
 	if row.Judge(Metrics{"BenchmarkInsert": {"fsync-on-insert/bare": 1.31}}, nil).Met() {
 		t.Error("1.31 × bare with fsync on: met, want missed")
+	}
+}
+
+func TestLatencyRowJudgesTheReportedAndUnreportedP99(t *testing.T) {
+	row := Rows[13]
+	if row.N != 14 {
+		t.Fatalf("Rows[13] is row %d, want 14", row.N)
+	}
+	fast := &Demo{}
+	fast.Placeholder.Reported = Latency{N: 100, P99: 0.4}
+	fast.Consumer.Unreported = Latency{N: 50, P99: 0.9}
+	fast.Invocations = map[string]int{"compensate": 20}
+	got := row.Judge(nil, fast)
+	if !got.Met() {
+		t.Error("reported 0.4 s and unreported 0.9 s: not met, want met")
+	}
+	if !slices.ContainsFunc(got.Detail, func(s string) bool { return strings.Contains(s, "200 per 1,000") }) {
+		t.Errorf("detail %q lacks the invocations per 1,000 reported rollbacks (200)", got.Detail)
+	}
+	windowed := *fast
+	windowed.Placeholder.Reported.P99 = 0.83
+	if row.Judge(nil, &windowed).Met() {
+		t.Error("reported p99 0.83 s: met, want missed")
+	}
+	graced := *fast
+	graced.Consumer.Unreported.P99 = 2.8
+	if row.Judge(nil, &graced).Met() {
+		t.Error("unreported p99 2.8 s: met, want missed")
+	}
+	if row.Judge(nil, nil).Met() {
+		t.Error("no demo: met, want missed")
 	}
 }
