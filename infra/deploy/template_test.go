@@ -574,7 +574,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 			want: "must require TLS"},
 		{name: "DLQ URL not passed", old: "COMPENSATE_DLQ_URL: !Ref RollbackReportDLQ", new: "",
 			want: "COMPENSATE_DLQ_URL is not set"},
-		{name: "default differs from the code", old: "    Default: 2s\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
+		{name: "default differs from the code", old: "    Default: 250ms\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
 			new:  "    Default: 3s\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
 			want: "parameter defaults give"},
 		{name: "invalid value", old: "    Default: 500ms\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: COMPENSATE_RETRY_INTERVAL",
