@@ -394,8 +394,10 @@ func number(v any) (int, bool) {
 }
 
 // checkQueueConsumers: every SQS-triggered function reports partial batch
-// failures, and its queue's visibility timeout is at least six times the
-// function's timeout (AWS's guidance for Lambda event sources).
+// failures, its queue's visibility timeout is at least six times the
+// function's timeout (AWS's guidance for Lambda event sources), and it has
+// no batching window: the window is whole seconds, so the smallest one
+// alone would hold a report past its latency target.
 func checkQueueConsumers(tpl *template) []string {
 	var problems []string
 	consumers := 0
@@ -419,6 +421,9 @@ func checkQueueConsumers(tpl *template) []string {
 			}
 			if visibility < 6*timeout {
 				problems = append(problems, fmt.Sprintf("%s: VisibilityTimeout %d < 6 x %s Timeout %d", queue, visibility, fn, timeout))
+			}
+			if window, _ := number(ev["MaximumBatchingWindowInSeconds"]); window != 0 {
+				problems = append(problems, fmt.Sprintf("%s: MaximumBatchingWindowInSeconds %d: a lone report would wait that long for company, past the reported rollback's 0.5 s", fn, window))
 			}
 		}
 	}
@@ -623,6 +628,8 @@ func TestChecksCatchBreakage(t *testing.T) {
 			want: "VisibilityTimeout 179 < 6 x CompensateFunction Timeout 30"},
 		{name: "global timeout raised", old: "    Timeout: 30\n", new: "    Timeout: 31\n",
 			want: "< 6 x CompensateFunction Timeout 31"},
+		{name: "a batching window", old: "MaximumBatchingWindowInSeconds: 0", new: "MaximumBatchingWindowInSeconds: 1",
+			want: "CompensateFunction: MaximumBatchingWindowInSeconds 1"},
 		{name: "no partial batch response", old: "FunctionResponseTypes: [ReportBatchItemFailures]", new: "FunctionResponseTypes: []",
 			want: "lacks FunctionResponseTypes"},
 		{name: "scheduled without reserved concurrency",
@@ -654,7 +661,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 			want: "must require TLS"},
 		{name: "DLQ URL not passed", old: "COMPENSATE_DLQ_URL: !Ref RollbackReportDLQ", new: "",
 			want: "COMPENSATE_DLQ_URL is not set"},
-		{name: "default differs from the code", old: "    Default: 2s\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
+		{name: "default differs from the code", old: "    Default: 250ms\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
 			new:  "    Default: 3s\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: FILL_GRACE",
 			want: "parameter defaults give"},
 		{name: "invalid value", old: "    Default: 500ms\n    AllowedPattern: \"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"\n    Description: COMPENSATE_RETRY_INTERVAL",

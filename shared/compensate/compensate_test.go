@@ -46,10 +46,10 @@ func TestAbortedWriterFilledAtOnce(t *testing.T) {
 	)
 	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(lost)
-	// Faster than any grace: the consumer can read past the gap as soon as
-	// one batch was handled, well inside the fill function's default grace.
-	if elapsed >= fill.DefaultGrace {
-		t.Errorf("handling took %s, not faster than the fill grace %s", elapsed, fill.DefaultGrace)
+	// Within a tick of the fill's: the consumer can read past the gap as
+	// soon as one batch was handled, before the fill's next look at it.
+	if elapsed >= 4*fill.DefaultTick {
+		t.Errorf("handling took %s, not within four fill ticks (%s)", elapsed, 4*fill.DefaultTick)
 	}
 	evs, err := f.outbox().ReadContiguous(context.Background(), 0, 100)
 	if err != nil {

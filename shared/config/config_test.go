@@ -37,7 +37,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fill != (fillpkg.Config{Schema: "outbox", Grace: 2 * time.Second, BatchLimit: 1000, PageSize: 1000, PassBudget: 20 * time.Second, Tick: 500 * time.Millisecond}) {
+	if fill != (fillpkg.Config{Schema: "outbox", Grace: 250 * time.Millisecond, BatchLimit: 1000, PageSize: 1000, PassBudget: 20 * time.Second, Tick: 250 * time.Millisecond}) {
 		t.Fatalf("fill = %+v", fill)
 	}
 	sweep, err := Load[sweeppkg.Config](env)

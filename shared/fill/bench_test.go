@@ -14,8 +14,8 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
-// Benchmarks of the fill with the template's settings (grace 2 s, tick
-// 500 ms, batches and pages of 1000), each against fresh databases and,
+// Benchmarks of the fill with the template's settings (grace 250 ms, tick
+// 250 ms, batches and pages of 1000), each against fresh databases and,
 // where there is one, against the database's own limit and a naive
 // baseline measured side by side in the same run (benchkit: alternating
 // arms, medians). `make bench` runs them at full size; under -short (make

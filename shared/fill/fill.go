@@ -26,11 +26,11 @@ import (
 // Defaults of Config, as the configuration table of docs/design.md lists
 // them.
 const (
-	DefaultGrace      = 2 * time.Second
+	DefaultGrace      = 250 * time.Millisecond
 	DefaultBatchLimit = 1000
 	DefaultPageSize   = 1000
 	DefaultPassBudget = 20 * time.Second
-	DefaultTick       = 500 * time.Millisecond
+	DefaultTick       = 250 * time.Millisecond
 )
 
 // MaxBlockers caps blocked_by.
@@ -42,8 +42,10 @@ type Config struct {
 	// Schema holds the outbox tables (OUTBOX_SCHEMA). Default "outbox".
 	Schema string `env:"OUTBOX_SCHEMA"`
 	// Grace is how long a stall must last before its gap may be filled
-	// (FILL_GRACE, default 2s): most stalls are a writer that commits a
-	// moment late, and those must cost no writes. pass.Off for none.
+	// (FILL_GRACE, default 250ms): a grace saves the marker a stall that
+	// resolves inside it would have cost, at the price of that much
+	// latency on every gap; the proof alone is what makes a placeholder
+	// safe. pass.Off for none.
 	Grace time.Duration `env:"FILL_GRACE"`
 	// BatchLimit caps the placeholders one insert statement writes
 	// (FILL_BATCH_LIMIT, default 1000), keeping each statement short; a
@@ -61,7 +63,7 @@ type Config struct {
 	Bounded bool `env:"FILL_WATCH,not"`
 	// Tick is how often a watching pass looks at the head, and how often
 	// any pass polls a proof or waits for a lease (FILL_TICK, default
-	// 500ms).
+	// 250ms).
 	Tick time.Duration `env:"FILL_TICK"`
 }
 

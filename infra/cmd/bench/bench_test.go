@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -183,5 +184,37 @@ func TestRelayRowsJudgeTheirTargets(t *testing.T) {
 	}
 	if idle.Judge(Metrics{"BenchmarkRelayIdleTick": {"statements/smallest-table": 1, "db-time/smallest-table": 1}}, nil).Met() {
 		t.Error("the buffers not reported: met, want missed")
+	}
+}
+
+func TestLatencyRowJudgesTheReportedAndUnreportedP99(t *testing.T) {
+	i := slices.IndexFunc(Rows, func(r Row) bool { return r.N == 19 })
+	if i < 0 {
+		t.Fatal("no row 19")
+	}
+	row := Rows[i]
+	fast := &Demo{}
+	fast.Placeholder.Reported = Latency{N: 100, P99: 0.4}
+	fast.Consumer.Unreported = Latency{N: 50, P99: 0.9}
+	fast.Invocations = map[string]int{"compensate": 20}
+	got := row.Judge(nil, fast)
+	if !got.Met() {
+		t.Error("reported 0.4 s and unreported 0.9 s: not met, want met")
+	}
+	if !slices.ContainsFunc(got.Detail, func(s string) bool { return strings.Contains(s, "200 per 1,000") }) {
+		t.Errorf("detail %q lacks the invocations per 1,000 reported rollbacks (200)", got.Detail)
+	}
+	windowed := *fast
+	windowed.Placeholder.Reported.P99 = 0.83
+	if row.Judge(nil, &windowed).Met() {
+		t.Error("reported p99 0.83 s: met, want missed")
+	}
+	graced := *fast
+	graced.Consumer.Unreported.P99 = 2.8
+	if row.Judge(nil, &graced).Met() {
+		t.Error("unreported p99 2.8 s: met, want missed")
+	}
+	if row.Judge(nil, nil).Met() {
+		t.Error("no demo: met, want missed")
 	}
 }

@@ -34,6 +34,9 @@ type summary struct {
 		All      latency `json:"all"`
 		FromRead latency `json:"from_consumer_read"`
 	} `json:"commit_to_queue"`
+	// Invocations counts each function's invocations over the run: what
+	// a latency costs (compensate's per report, the fill's per minute).
+	Invocations map[string]int `json:"invocations"`
 }
 
 // latency is one group's figures in seconds.
@@ -59,6 +62,7 @@ func writeSummary(path string, cfg demoConfig, schedule string, o outcome, ok bo
 		HoldS: cfg.Hold.Seconds(), HoldEveryS: cfg.HoldEvery.Seconds(), Publishers: cfg.Publishers,
 		GraceS: o.fill.Grace.Seconds(), TickS: o.fill.Tick.Seconds(),
 		Committed: len(o.committed), RolledBack: len(o.abandoned),
+		Invocations: o.invocations,
 	}
 	p, c := o.placeholderLatencies(), o.passLatencies()
 	sm.Placeholder.Reported, sm.Placeholder.Unreported = figures(p[true]), figures(p[false])
