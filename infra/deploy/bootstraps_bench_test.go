@@ -30,6 +30,7 @@ var functions = []struct{ name, target string }{
 	{"compensate", "build-CompensateFunction"},
 	{"prune", "build-PruneFunction"},
 	{"deliver", "build-DeliverFunction"},
+	{"relay", "build-RelayFunction"},
 	{"migrate", "build-MigrateFunction"},
 }
 
@@ -72,7 +73,7 @@ func BenchmarkBinarySize(b *testing.B) {
 // BenchmarkColdStart starts each function's real bootstrap (built for this
 // machine with the Lambda build tag) under aws-lambda-rie, in a new
 // process every time, and sends it one invocation that has little to do:
-// a bounded fill pass, a sweep and a prune pass on an empty outbox, an
+// bounded fill, sweep, prune, deliver and relay passes on an empty outbox, an
 // empty SQS batch, a migrations Update that finds nothing to apply. Each
 // init connects to PostgreSQL and checks the schema version, as on
 // Lambda. Reported per function: the init as rie reports it (process start
@@ -91,12 +92,14 @@ func BenchmarkColdStart(b *testing.B) {
 	}))
 	b.Cleanup(answers.Close)
 	events := map[string][]byte{
-		"fill": []byte(`{}`), "sweep": []byte(`{}`), "prune": []byte(`{}`),
+		"fill": []byte(`{}`), "sweep": []byte(`{}`), "prune": []byte(`{}`), "deliver": []byte(`{}`), "relay": []byte(`{}`),
 		"compensate": []byte(`{"Records":[]}`),
 		"migrate":    updateEvent(b, answers.URL),
 	}
 	env := map[string]string{
-		"DATABASE_URL": db.URL, "FILL_WATCH": "false",
+		"DATABASE_URL": db.URL, "FILL_WATCH": "false", "DELIVER_WATCH": "false", "RELAY_WATCH": "false",
+		// The relay's target is only parsed at init: an empty outbox sends nothing.
+		"RELAY_TARGET": "https://sqs.us-east-1.amazonaws.com/123456789012/cold-start",
 		"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
 		"AWS_ENDPOINT_URL_SQS": testenv.Lookup("AWS_ENDPOINT_URL_SQS"),
 	}
