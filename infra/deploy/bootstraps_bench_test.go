@@ -100,7 +100,7 @@ func BenchmarkColdStart(b *testing.B) {
 		"DATABASE_URL": db.URL, "FILL_WATCH": "false", "DELIVER_WATCH": "false", "RELAY_WATCH": "false",
 		// The relay's target is only parsed at init: an empty outbox sends nothing.
 		"RELAY_TARGET": "https://sqs.us-east-1.amazonaws.com/123456789012/cold-start",
-		"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+		"AWS_REGION":   "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
 		"AWS_ENDPOINT_URL_SQS": testenv.Lookup("AWS_ENDPOINT_URL_SQS"),
 	}
 	initMS, firstMS := map[string][]float64{}, map[string][]float64{}
