@@ -65,8 +65,15 @@ migrate:
 	fi
 
 # The README's test command: starts what it needs, then runs every layer.
-.PHONY: test test-go test-pgbouncer test-bench test-template test-fuzz vet
-test: stack-up examples vet test-go test-pgbouncer test-bench test-fuzz test-template
+# The layers that time proofs and hand-overs (test-go, test-pgbouncer) run
+# one after the other, alone on the cluster; the three that assert no
+# timing and hold no transaction open (the small benchmarks, the fuzzers,
+# the template checks) then run side by side.
+.PHONY: test test-go test-pgbouncer test-bench test-template test-fuzz test-side-by-side vet
+test: stack-up examples vet test-go test-pgbouncer test-side-by-side
+
+test-side-by-side:
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-bench test-fuzz test-template
 
 # The Python and Node.js examples' own dependencies, at the versions their
 # requirements.txt and package-lock.json pin, installed inside the project

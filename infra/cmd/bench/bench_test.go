@@ -218,3 +218,28 @@ func TestLatencyRowJudgesTheReportedAndUnreportedP99(t *testing.T) {
 		t.Error("no demo: met, want missed")
 	}
 }
+
+// The deliver rows: throughput at least 0.6 × the bare loop, the claim's
+// buffers beside 1M acked rows at most 1.2 × beside 10k.
+func TestDeliverRowsJudgeTheirTargets(t *testing.T) {
+	byN := map[int]Row{}
+	for _, r := range Rows {
+		byN[r.N] = r
+	}
+	throughput, claim := byN[17], byN[18]
+	if !throughput.Judge(Metrics{"BenchmarkDeliverThroughput": {"deliver/bare": 0.63}}, nil).Met() {
+		t.Error("0.63 × the bare loop: not met, want met")
+	}
+	if throughput.Judge(Metrics{"BenchmarkDeliverThroughput": {"deliver/bare": 0.40}}, nil).Met() {
+		t.Error("0.40 × the bare loop: met, want missed")
+	}
+	if !claim.Judge(Metrics{"BenchmarkClaimBesideHistory": {"large/small": 1.11}}, nil).Met() {
+		t.Error("claim 1.11 × beside 1M: not met, want met")
+	}
+	if claim.Judge(Metrics{"BenchmarkClaimBesideHistory": {"large/small": 3}}, nil).Met() {
+		t.Error("claim 3 × beside 1M: met, want missed")
+	}
+	if claim.Judge(Metrics{}, nil).Met() {
+		t.Error("the claim not reported: met, want missed")
+	}
+}

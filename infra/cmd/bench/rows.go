@@ -375,6 +375,24 @@ var Rows = []Row{
 			j.detail("BenchmarkRelayIdleTick")
 			return j.res
 		}},
+	{17, "deliver: 10,000 pending deliveries to one SQS queue (fauxqs), one bounded pass, `DELIVER_CONCURRENCY=8`, `DELIVER_BATCH_LIMIT=1000`",
+		"a bare `SendMessageBatch` loop sending the same messages with the same client and concurrency, no database",
+		"≥ 0.6 × the bare loop's messages/s",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atLeast("BenchmarkDeliverThroughput", "deliver/bare", "", 0.6, "%.2f × the bare loop")
+			j.detail("BenchmarkDeliverThroughput")
+			return j.res
+		}},
+	{18, "deliver: the claim statement's cost per batch of 100 beside acked history",
+		"the same claim beside 10,000 and beside 1,000,000 acked rows, 1,000 pending, vacuumed",
+		"the same buffers per batch (≤ 1.2 ×)",
+		func(m Metrics, _ *Demo) Result {
+			j := &judge{m: m}
+			j.atMost("BenchmarkClaimBesideHistory", "large/small", "buffers per batch beside 1M", 1.2, "%.2f × beside 10k")
+			j.detail("BenchmarkClaimBesideHistory")
+			return j.res
+		}},
 	{19, "the latencies to beat, in the local stack on the template's settings (its schedules, grace, tick and the compensate event source's batch size, window and concurrency), no older transaction open",
 		"a resident daemon's: obix's in-process filler closes a gap in about 2 s, Marten's async daemon in about 3 s",
 		"reported rollback → placeholder p99 ≤ 0.5 s; unreported rollback → consumer past it p99 ≤ 1 s; the cost in compensate invocations per 1,000 reported rollbacks reported",
