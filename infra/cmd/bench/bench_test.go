@@ -243,3 +243,24 @@ func TestDeliverRowsJudgeTheirTargets(t *testing.T) {
 		t.Error("the claim not reported: met, want missed")
 	}
 }
+
+// The consumer row: polling p99 within its poll period, listening p99
+// within a tenth of a second.
+func TestConsumeRowJudgesBothModes(t *testing.T) {
+	i := slices.IndexFunc(Rows, func(r Row) bool { return r.N == 20 })
+	if i < 0 {
+		t.Fatal("no row 20")
+	}
+	row := Rows[i]
+	both := map[string]float64{"poll-p99-ms": 908, "listen-p99-ms": 7}
+	if !row.Judge(Metrics{"BenchmarkConsumeLatency": both}, nil).Met() {
+		t.Error("polling 908 ms, listening 7 ms: not met, want met")
+	}
+	slow := map[string]float64{"poll-p99-ms": 908, "listen-p99-ms": 400}
+	if row.Judge(Metrics{"BenchmarkConsumeLatency": slow}, nil).Met() {
+		t.Error("listening 400 ms: met, want missed")
+	}
+	if row.Judge(Metrics{}, nil).Met() {
+		t.Error("not reported: met, want missed")
+	}
+}
