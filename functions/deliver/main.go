@@ -14,6 +14,7 @@ import (
 
 func main() {
 	boot.Serve("deliver", func(in *boot.Init, cfg deliver.Config) (boot.Service, error) {
-		return deliver.New(in.Database(pg.Options{}), cfg, deliver.Options{AWS: in.AWS(), Options: in.PassOptions()})
+		aws := in.AWS() // one load serves the pool's login and the target's client
+		return deliver.New(in.Database(pg.Options{AWS: &aws}), cfg, deliver.Options{AWS: aws, Options: in.PassOptions()})
 	})
 }

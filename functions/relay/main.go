@@ -18,6 +18,7 @@ func main() {
 		// their figures, and their alarms, apart.
 		opts := in.PassOptions()
 		opts.Metrics.Function = relay.ConsumerName(cfg.Name)
-		return relay.New(in.Database(pg.Options{}), cfg, relay.Options{AWS: in.AWS(), Options: opts})
+		aws := in.AWS() // one load serves the pool's login and the target's client
+		return relay.New(in.Database(pg.Options{AWS: &aws}), cfg, relay.Options{AWS: aws, Options: opts})
 	})
 }
