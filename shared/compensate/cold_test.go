@@ -2,14 +2,11 @@ package compensate
 
 import (
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // TestCheckAndInsertAreLinearOnColdStatistics: compensate's two
@@ -22,36 +19,33 @@ import (
 func TestCheckAndInsertAreLinearOnColdStatistics(t *testing.T) {
 	t.Parallel()
 	const present, batch = 10_000, 1_000
-	db := testdb.New(t)
-	ctx := testenv.Context(t, 2*time.Minute)
-	coldplan.ColdEvents(t, ctx, db.Pool, db.Schema, present, 2*batch)
+	db, ctx := coldplan.Cold(t, coldplan.Tables{Present: present, Missing: 2 * batch})
 	xids := checkXIDs(testdb.Scalar[uint64](t, db.Pool, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`), batch)
 	testdb.Exec(t, db.Connect(t), `SELECT pg_advisory_lock(g) FROM generate_series(1, 2000) g`)
-	var got int
-	coldplan.Linear(t, ctx, db.DirectURL, "compensate's check", batch, func(conn *pgx.Conn) error {
-		rows, err := coldplan.Bounded(conn).Query(ctx, checkFile.Statement("check", db.Schema.Name()), checkArgs(xids))
-		if err != nil {
+	coldplan.Statements(t, ctx, db,
+		coldplan.Statement{What: "compensate's check", Batch: batch, Run: func(q *pass.Bounded) error {
+			rows, err := q.Query(ctx, checkFile.Statement("check", db.Schema.Name()), checkArgs(xids))
+			if err != nil {
+				return err
+			}
+			got := 0
+			for rows.Next() {
+				got++
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if got != batch {
+				t.Errorf("the check answered %d rows for %d xids", got, batch)
+			}
+			return nil
+		}},
+		coldplan.Statement{What: "compensate's placeholder insert", Batch: batch, Run: func(q *pass.Bounded) error {
+			w, err := store.NewEvents(db.Schema).InsertPlaceholders(ctx, q, coldplan.Sequences(present+1, batch), store.FilledByCompensate)
+			if err == nil && w.N != batch {
+				t.Errorf("the insert wrote %d placeholders, want %d", w.N, batch)
+			}
 			return err
-		}
-		for rows.Next() {
-			got++
-		}
-		return rows.Err()
-	})
-	if got != batch {
-		t.Errorf("the check answered %d rows for %d xids", got, batch)
-	}
-
-	seqs := make([]int64, batch)
-	for i := range seqs {
-		seqs[i] = present + 1 + int64(i)
-	}
-	var w store.Written
-	coldplan.Linear(t, ctx, db.DirectURL, "compensate's placeholder insert", batch, func(conn *pgx.Conn) (err error) {
-		w, err = store.NewEvents(db.Schema).InsertPlaceholders(ctx, coldplan.Bounded(conn), seqs, store.FilledByCompensate)
-		return err
-	})
-	if w.N != batch {
-		t.Errorf("the insert wrote %d placeholders, want %d", w.N, batch)
-	}
+		}},
+	)
 }

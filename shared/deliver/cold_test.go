@@ -1,14 +1,13 @@
 package deliver
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // TestStatementsAreLinearOnColdStatistics: the claim, the idle tick's
@@ -19,8 +18,7 @@ func TestStatementsAreLinearOnColdStatistics(t *testing.T) {
 	t.Parallel()
 	const history, pending, batch = 20_000, 2_000, 100
 	db := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t, 2*time.Minute)
 	table := db.Schema.Table("deliveries")
 	if err := coldplan.Chill(ctx, db.Pool, table); err != nil {
 		t.Fatal(err)
@@ -37,31 +35,33 @@ func TestStatementsAreLinearOnColdStatistics(t *testing.T) {
 	}
 	addRecipient(t, db, "r", "https://example.com/in")
 	sql := newStatements(testdb.Schema)
-
-	var any bool
-	coldplan.Linear(t, ctx, db.DirectURL, "the idle tick's probe", 1, func(conn *pgx.Conn) error {
-		return coldplan.Bounded(conn).QueryRow(ctx, sql.pendingProbe).Scan(&any)
-	})
-	if !any {
-		t.Error("the probe says nothing is pending")
-	}
 	s := &Service{sql: sql}
 	var ids []int64
-	coldplan.Linear(t, ctx, db.DirectURL, "the claim", batch, func(conn *pgx.Conn) error {
-		ds, err := s.claim(ctx, coldplan.Bounded(conn), batch)
-		for _, d := range ds {
-			ids = append(ids, d.ID)
-		}
-		return err
-	})
+	coldplan.Statements(t, ctx, db,
+		coldplan.Statement{What: "the idle tick's probe", Batch: 1, Run: func(q *pass.Bounded) error {
+			var any bool
+			err := q.QueryRow(ctx, sql.pendingProbe).Scan(&any)
+			if err == nil && !any {
+				t.Error("the probe says nothing is pending")
+			}
+			return err
+		}},
+		coldplan.Statement{What: "the claim", Batch: batch, Run: func(q *pass.Bounded) error {
+			ds, err := s.claim(ctx, q, batch)
+			for _, d := range ds {
+				ids = append(ids, d.ID)
+			}
+			return err
+		}},
+	)
 	if len(ids) != batch {
 		t.Fatalf("the claim took %d rows, want %d", len(ids), batch)
 	}
-	coldplan.Linear(t, ctx, db.DirectURL, "the settle", batch, func(conn *pgx.Conn) error {
-		a, _, err := s.settle(ctx, coldplan.Bounded(conn), ids, []int64{})
+	coldplan.Statements(t, ctx, db, coldplan.Statement{What: "the settle", Batch: batch, Run: func(q *pass.Bounded) error {
+		a, _, err := s.settle(ctx, q, ids, []int64{})
 		if err == nil && a != batch {
 			t.Errorf("the settle acked %d, want %d", a, batch)
 		}
 		return err
-	})
+	}})
 }

@@ -1,15 +1,11 @@
 package fill
 
 import (
-	"context"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // TestPageReadAndInsertAreLinearOnColdStatistics: the fill's page read and
@@ -22,36 +18,25 @@ import (
 func TestPageReadAndInsertAreLinearOnColdStatistics(t *testing.T) {
 	t.Parallel()
 	const present = 10 * DefaultPageSize
-	db := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := coldplan.Events(ctx, db.Pool, db.Schema, present, DefaultPageSize); err != nil {
-		t.Fatal(err)
-	}
-	if err := coldplan.NeverAnalysed(ctx, db.Pool, db.Schema.Table("events")); err != nil {
-		t.Fatal(err)
-	}
+	db, ctx := coldplan.Cold(t, coldplan.Tables{Present: present, Missing: DefaultPageSize})
 	events := store.NewEvents(db.Schema)
+	var stmts []coldplan.Statement
 	for _, page := range []int{DefaultPageSize, 10 * DefaultPageSize} {
-		var got []int64
-		coldplan.Linear(t, ctx, db.DirectURL, "the fill's page read", page, func(conn *pgx.Conn) (err error) {
-			got, err = events.PresentAfter(ctx, coldplan.Bounded(conn), 0, page)
+		stmts = append(stmts, coldplan.Statement{What: "the fill's page read", Batch: page, Run: func(q *pass.Bounded) error {
+			got, err := events.PresentAfter(ctx, q, 0, page)
+			if err == nil && len(got) != page {
+				t.Errorf("page of %d: %d sequences", page, len(got))
+			}
 			return err
-		})
-		if len(got) != page {
-			t.Errorf("page of %d: %d sequences", page, len(got))
+		}})
+	}
+	seqs := coldplan.Sequences(present+1, DefaultPageSize)
+	stmts = append(stmts, coldplan.Statement{What: "the fill's placeholder insert", Batch: len(seqs), Run: func(q *pass.Bounded) error {
+		w, err := events.InsertMissing(ctx, q, seqs, store.FilledByFill)
+		if err == nil && w.N != int64(len(seqs)) {
+			t.Errorf("the insert wrote %d placeholders, want %d", w.N, len(seqs))
 		}
-	}
-	seqs := make([]int64, DefaultPageSize)
-	for i := range seqs {
-		seqs[i] = present + 1 + int64(i)
-	}
-	var w store.Written
-	coldplan.Linear(t, ctx, db.DirectURL, "the fill's placeholder insert", len(seqs), func(conn *pgx.Conn) (err error) {
-		w, err = events.InsertMissing(ctx, coldplan.Bounded(conn), seqs, store.FilledByFill)
 		return err
-	})
-	if w.N != int64(len(seqs)) {
-		t.Errorf("the insert wrote %d placeholders, want %d", w.N, len(seqs))
-	}
+	}})
+	coldplan.Statements(t, ctx, db, stmts...)
 }

@@ -1,15 +1,12 @@
 package sweep_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/coldplan"
-	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
 // TestResetIsLinearOnColdStatistics: after an outage the deliveries table
@@ -21,25 +18,19 @@ import (
 func TestResetIsLinearOnColdStatistics(t *testing.T) {
 	t.Parallel()
 	const stuck, history, batch = 10_000, 10_000, 1_000
-	db := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := coldplan.Deliveries(ctx, db.Pool, db.Schema, stuck, history); err != nil {
-		t.Fatal(err)
-	}
-	if err := coldplan.NeverAnalysed(ctx, db.Pool, db.Schema.Table("deliveries")); err != nil {
-		t.Fatal(err)
-	}
-	var b store.SweepBatch
-	coldplan.Linear(t, ctx, db.DirectURL, "the sweep's reset", batch, func(conn *pgx.Conn) (err error) {
-		b, err = store.NewDeliverySweep(db.Schema).ResetStuck(ctx, coldplan.Bounded(conn), store.ResetParams{StuckAfter: time.Minute, Limit: batch})
-		return err
-	})
-	if b.Reset != batch {
-		t.Errorf("Reset = %d, want the whole batch, %d", b.Reset, batch)
-	}
-	if !b.More {
-		t.Error("More = false with 9,000 stuck rows left")
-	}
+	db, ctx := coldplan.Cold(t, coldplan.Tables{Stuck: stuck, Acked: history})
+	coldplan.Statements(t, ctx, db, coldplan.Statement{What: "the sweep's reset", Batch: batch, Run: func(q *pass.Bounded) error {
+		b, err := store.NewDeliverySweep(db.Schema).ResetStuck(ctx, q, store.ResetParams{StuckAfter: time.Minute, Limit: batch})
+		if err != nil {
+			return err
+		}
+		if b.Reset != batch {
+			t.Errorf("Reset = %d, want the whole batch, %d", b.Reset, batch)
+		}
+		if !b.More {
+			t.Error("More = false with 9,000 stuck rows left")
+		}
+		return nil
+	}})
 	invariants(t, db.Pool)
 }

@@ -30,13 +30,6 @@ type statement struct {
 // largest batch is half of it).
 func coldStatements(schema store.Schema, rows int) []statement {
 	events := store.NewEvents(schema)
-	missing := func(from, n int) []int64 {
-		s := make([]int64, n)
-		for i := range s {
-			s[i] = int64(from + i)
-		}
-		return s
-	}
 	return []statement{
 		{"fill-page-read", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
 			p, err := events.PresentAfter(ctx, coldplan.Bounded(conn), 0, batch)
@@ -51,11 +44,11 @@ func coldStatements(schema store.Schema, rows int) []statement {
 			return int64(len(e)), err
 		}},
 		{"fill-insert", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			w, err := events.InsertMissing(ctx, coldplan.Bounded(conn), missing(rows+1, batch), store.FilledByFill)
+			w, err := events.InsertMissing(ctx, coldplan.Bounded(conn), coldplan.Sequences(int64(rows+1), batch), store.FilledByFill)
 			return w.N, err
 		}},
 		{"compensate-insert", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {
-			w, err := events.InsertPlaceholders(ctx, coldplan.Bounded(conn), missing(rows+1+rows/2, batch), store.FilledByCompensate)
+			w, err := events.InsertPlaceholders(ctx, coldplan.Bounded(conn), coldplan.Sequences(int64(rows+1+rows/2), batch), store.FilledByCompensate)
 			return w.N, err
 		}},
 		{"prune-events", func(ctx context.Context, conn *pgx.Conn, batch int) (int64, error) {

@@ -7,7 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
@@ -47,14 +48,66 @@ func Linear(t testing.TB, ctx context.Context, url, what string, batch int, fn f
 	return plans
 }
 
-// ColdEvents seeds the events table of schema as Events does and fails t
-// unless the table is left with no planner statistics.
-func ColdEvents(t testing.TB, ctx context.Context, q Querier, schema store.Schema, present, missing int) {
+// Tables are the cold rows a test starts from: deliveries as Deliveries
+// seeds them (stuck and acked), events as Events does (present and
+// missing). A table given no rows is left as the migrations made it.
+type Tables struct {
+	Stuck, Acked     int
+	Present, Missing int
+}
+
+// Cold is a fresh database whose tables hold tables' rows, fresh from
+// mass UPDATEs that nothing analysed (it fails t unless the planner has
+// no statistics of them), and a context that bounds the test at two
+// minutes.
+func Cold(t testing.TB, tables Tables) (*testdb.DB, context.Context) {
 	t.Helper()
-	if err := Events(ctx, q, schema, present, missing); err != nil {
+	db := testdb.New(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	var seeded []string
+	if tables.Stuck+tables.Acked > 0 {
+		if err := Deliveries(ctx, db.Pool, db.Schema, tables.Stuck, tables.Acked); err != nil {
+			t.Fatal(err)
+		}
+		seeded = append(seeded, db.Schema.Table("deliveries"))
+	}
+	if tables.Present+tables.Missing > 0 {
+		if err := Events(ctx, db.Pool, db.Schema, tables.Present, tables.Missing); err != nil {
+			t.Fatal(err)
+		}
+		seeded = append(seeded, db.Schema.Table("events"))
+	}
+	if err := NeverAnalysed(ctx, db.Pool, seeded...); err != nil {
 		t.Fatal(err)
 	}
-	if err := NeverAnalysed(ctx, q, schema.Table("events")); err != nil {
-		t.Fatal(err)
+	return db, ctx
+}
+
+// Statement is one statement a test runs on cold tables: What names it
+// in the messages, Batch bounds the work of every node of its plans, and
+// Run sends it through q (the recording connection behind pass.Bounded,
+// as a pass sends it), checks what it did and returns its error.
+type Statement struct {
+	What  string
+	Batch int
+	Run   func(q *pass.Bounded) error
+}
+
+// Statements runs each statement in order on db through Linear: each
+// sees what the ones before it did.
+func Statements(t testing.TB, ctx context.Context, db *testdb.DB, stmts ...Statement) {
+	t.Helper()
+	for _, s := range stmts {
+		Linear(t, ctx, db.DirectURL, s.What, s.Batch, func(conn *pgx.Conn) error { return s.Run(Bounded(conn)) })
 	}
+}
+
+// Sequences are n sequences from first on: the missing ones a
+// placeholder insert writes.
+func Sequences(first int64, n int) []int64 {
+	s := make([]int64, n)
+	for i := range s {
+		s[i] = first + int64(i)
+	}
+	return s
 }
