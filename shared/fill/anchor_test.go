@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
 )
@@ -227,18 +228,12 @@ func TestHistoricalGapsNeedNoGrace(t *testing.T) {
 	if res.Filled != 5 {
 		t.Errorf("Filled = %d, want 3..5 and 7..8 at once", res.Filled)
 	}
-	if res.Watermark != 8 {
-		t.Errorf("Watermark = %d, want 8", res.Watermark)
-	}
-	if res.MarkersTaken != 1 {
-		t.Errorf("MarkersTaken = %d, want one marker for all historical gaps", res.MarkersTaken)
-	}
+	counts.Want(t, "",
+		counts.Of("Watermark", res.Watermark, 8),
+		counts.Of("MarkersTaken", res.MarkersTaken, 1, "one marker for all historical gaps"),
+	)
 	got := rows(t, db)
-	for _, s := range []int64{3, 4, 5, 7, 8} {
-		if r, ok := got[s]; !isPlaceholder(r, ok) {
-			t.Errorf("sequence %d: %+v, want a fill placeholder", s, r)
-		}
-	}
+	wantPlaceholders(t, got, 3, 4, 5, 7, 8)
 }
 
 // A young outbox whose very first writers rolled back: the consumer starts
@@ -284,12 +279,7 @@ func TestRuleHistoricalFillCappedAtFirstHead(t *testing.T) {
 	if !res.Historical {
 		t.Errorf("first run: Historical = false, want the historical proof; %v", res)
 	}
-	if res.MarkersTaken != 1 {
-		t.Errorf("first run: MarkersTaken = %d, want 1", res.MarkersTaken)
-	}
-	if res.Head != 3 {
-		t.Errorf("first run: Head = %d, want 3", res.Head)
-	}
+	counts.Want(t, "first run", counts.Of("MarkersTaken", res.MarkersTaken, 1), counts.Of("Head", res.Head, 3))
 
 	late := openWriter(t, db) // xid newer than the historical marker
 	seq := late.allocate()    // 4, above the first run's head, row not yet inserted
@@ -327,12 +317,7 @@ func TestPrunedHistoryIsNotRefilled(t *testing.T) {
 	cfg := testConfig()
 	cfg.PageSize = 2
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.Filled != 0 {
-		t.Errorf("Filled = %d, want 0", res.Filled)
-	}
-	if res.Watermark != 6 {
-		t.Errorf("Watermark = %d, want 6", res.Watermark)
-	}
+	counts.Want(t, "", counts.Of("Filled", res.Filled, 0), counts.Of("Watermark", res.Watermark, 6))
 	if got := rows(t, db); len(got) != 3 {
 		t.Errorf("rows = %v, want only 4..6", got)
 	}
@@ -353,30 +338,16 @@ func TestEmptyTableProvenPrefixIsPassedOver(t *testing.T) {
 	if !res.Started {
 		t.Errorf("first pass: Started = false, want true; %v", res)
 	}
-	if res.Filled != 0 {
-		t.Errorf("first pass: Filled = %d, want 0 (1..3 passed over, not written)", res.Filled)
-	}
-	if res.PassedOver != 3 {
-		t.Errorf("first pass: PassedOver = %d, want 3", res.PassedOver)
-	}
-	if res.MarkersTaken != 1 {
-		t.Errorf("first pass: MarkersTaken = %d, want the one proof that allows it", res.MarkersTaken)
-	}
+	counts.Want(t, "first pass",
+		counts.Of("Filled", res.Filled, 0, "1..3 passed over, not written"),
+		counts.Of("PassedOver", res.PassedOver, 3),
+		counts.Of("MarkersTaken", res.MarkersTaken, 1, "the one proof that allows it"),
+	)
 	wantCaughtUp(t, res)
-	if res.Head != 3 {
-		t.Errorf("first pass: Head = %d, want 3", res.Head)
-	}
-	if res.Watermark != 3 {
-		t.Errorf("first pass: Watermark = %d, want 3", res.Watermark)
-	}
+	counts.Want(t, "first pass", counts.Of("Head", res.Head, 3), counts.Of("Watermark", res.Watermark, 3))
 	commit(t, db, 1) // 4
 	res = runPass(t, s)
-	if res.Filled != 0 {
-		t.Errorf("next pass: Filled = %d, want 0", res.Filled)
-	}
-	if res.Watermark != 4 {
-		t.Errorf("next pass: Watermark = %d, want 4", res.Watermark)
-	}
+	counts.Want(t, "next pass", counts.Of("Filled", res.Filled, 0), counts.Of("Watermark", res.Watermark, 4))
 	if got := rows(t, db); len(got) != 1 {
 		t.Errorf("rows = %v, want only 4", got)
 	}

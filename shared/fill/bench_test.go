@@ -50,7 +50,26 @@ func bareInsert(b *testing.B, db *testdb.DB, first, top, k int64) time.Duration 
 	})
 }
 
-// fillMS is the pass's writes after the proof (page reads and inserts,
+// limitArm is the database's limit as an arm: bareInsert of the
+// placeholders a burst of n (every k-th missing) leaves, on a fresh
+// started database.
+func limitArm(b *testing.B, n, k int64) benchkit.Arm {
+	return benchkit.Arm{Name: "limit", Run: func() time.Duration {
+		db := startedDB(b)
+		first, top := burst(b, db, n, k)
+		return bareInsert(b, db, first, top, k)
+	}}
+}
+
+// reportAgainstLimit reports the fill's and the limit's rows/s for the
+// same rows placeholders, and the limit's time over the fill's.
+func reportAgainstLimit(b *testing.B, rows int64, fill, limit float64) {
+	b.ReportMetric(float64(rows)/fill, "fill-rows/s")
+	b.ReportMetric(float64(rows)/limit, "limit-rows/s")
+	b.ReportMetric(limit/fill, "fill/limit")
+}
+
+// fillTime is the pass's writes after the proof (page reads and inserts,
 // Result.FillMS) as a duration.
 func fillTime(res *Result) time.Duration { return time.Duration(res.FillMS) * time.Millisecond }
 
@@ -62,48 +81,34 @@ func fillTime(res *Result) time.Duration { return time.Duration(res.FillMS) * ti
 // limit's rows/s and ≥ 20 × the loop's.
 func BenchmarkFillBurst(b *testing.B) {
 	n := benchkit.Size[int64](10_000, 2_000)
-	samples := benchkit.Samples{}
 	var cycles []float64
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep,
-			benchkit.Arm{Name: "fill", Run: func() time.Duration {
-				db := testdb.New(b)
-				started(b, db)
-				_, top := burst(b, db, n, 1)
-				res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
-				if res.Filled != n || res.Watermark != top {
-					b.Fatalf("fill: Filled = %d, Watermark = %d, want %d and %d; %v", res.Filled, res.Watermark, n, top, res)
+	samples := benchkit.Repeat(b,
+		benchkit.Arm{Name: "fill", Run: func() time.Duration {
+			db := startedDB(b)
+			_, top := burst(b, db, n, 1)
+			res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
+			if res.Filled != n || res.Watermark != top {
+				b.Fatalf("fill: Filled = %d, Watermark = %d, want %d and %d; %v", res.Filled, res.Watermark, n, top, res)
+			}
+			cycles = append(cycles, float64(res.Cycles))
+			return fillTime(res)
+		}},
+		benchkit.Arm{Name: "loop", Run: func() time.Duration {
+			db := startedDB(b)
+			first, top := burst(b, db, n, 1)
+			return benchkit.Timed(func() {
+				for s := first; s <= top; s++ {
+					testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'fill') ON CONFLICT (sequence) DO NOTHING`, s)
 				}
-				cycles = append(cycles, float64(res.Cycles))
-				return fillTime(res)
-			}},
-			benchkit.Arm{Name: "loop", Run: func() time.Duration {
-				db := testdb.New(b)
-				started(b, db)
-				first, top := burst(b, db, n, 1)
-				return benchkit.Timed(func() {
-					for s := first; s <= top; s++ {
-						testdb.Exec(b, db.Pool, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'fill') ON CONFLICT (sequence) DO NOTHING`, s)
-					}
-				})
-			}},
-			benchkit.Arm{Name: "limit", Run: func() time.Duration {
-				db := testdb.New(b)
-				started(b, db)
-				first, top := burst(b, db, n, 1)
-				return bareInsert(b, db, first, top, 1)
-			}},
-		)
-		rep++
-	}
+			})
+		}},
+		limitArm(b, n, 1),
+	)
 	fill, loop, limit := samples.Median("fill"), samples.Median("loop"), samples.Median("limit")
 	b.ReportMetric(float64(n), "rows")
 	b.ReportMetric(benchkit.Median(cycles), "cycles")
-	b.ReportMetric(float64(n)/fill, "fill-rows/s")
 	b.ReportMetric(float64(n)/loop, "loop-rows/s")
-	b.ReportMetric(float64(n)/limit, "limit-rows/s")
-	b.ReportMetric(limit/fill, "fill/limit")
+	reportAgainstLimit(b, n, fill, limit)
 	b.ReportMetric(loop/fill, "fill/loop")
 }
 
@@ -114,40 +119,27 @@ func BenchmarkFillBurst(b *testing.B) {
 // ≥ 0.3 × the limit's rows/s.
 func BenchmarkFillScatteredGaps(b *testing.B) {
 	n := benchkit.Size[int64](100_000, 10_000)
-	samples := benchkit.Samples{}
 	var overGraceS, cycles []float64
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep,
-			benchkit.Arm{Name: "fill", Run: func() time.Duration {
-				db := testdb.New(b)
-				started(b, db)
-				_, top := burst(b, db, n, 10)
-				res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
-				if res.Watermark != top || res.Filled != n/10 {
-					b.Fatalf("fill: Watermark = %d, Filled = %d, want %d and %d; %v", res.Watermark, res.Filled, top, n/10, res)
-				}
-				took := time.Duration(res.DurationMS) * time.Millisecond
-				overGraceS = append(overGraceS, (took - DefaultGrace).Seconds())
-				cycles = append(cycles, float64(res.Cycles))
-				return fillTime(res)
-			}},
-			benchkit.Arm{Name: "limit", Run: func() time.Duration {
-				db := testdb.New(b)
-				started(b, db)
-				first, top := burst(b, db, n, 10)
-				return bareInsert(b, db, first, top, 10)
-			}},
-		)
-		rep++
-	}
+	samples := benchkit.Repeat(b,
+		benchkit.Arm{Name: "fill", Run: func() time.Duration {
+			db := startedDB(b)
+			_, top := burst(b, db, n, 10)
+			res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
+			if res.Watermark != top || res.Filled != n/10 {
+				b.Fatalf("fill: Watermark = %d, Filled = %d, want %d and %d; %v", res.Watermark, res.Filled, top, n/10, res)
+			}
+			took := time.Duration(res.DurationMS) * time.Millisecond
+			overGraceS = append(overGraceS, (took - DefaultGrace).Seconds())
+			cycles = append(cycles, float64(res.Cycles))
+			return fillTime(res)
+		}},
+		limitArm(b, n, 10),
+	)
 	fill, limit := samples.Median("fill"), samples.Median("limit")
 	b.ReportMetric(float64(n/10), "gaps")
 	b.ReportMetric(benchkit.Median(cycles), "cycles")
 	b.ReportMetric(benchkit.Median(overGraceS), "pass-minus-grace-s")
-	b.ReportMetric(float64(n/10)/fill, "fill-rows/s")
-	b.ReportMetric(float64(n/10)/limit, "limit-rows/s")
-	b.ReportMetric(limit/fill, "fill/limit")
+	reportAgainstLimit(b, n/10, fill, limit)
 }
 
 // BenchmarkFillLiveGap: a 200,000-sequence gap appears while a watching
@@ -156,63 +148,50 @@ func BenchmarkFillScatteredGaps(b *testing.B) {
 // placeholders.
 func BenchmarkFillLiveGap(b *testing.B) {
 	gap := benchkit.Size[int64](200_000, 20_000)
-	samples := benchkit.Samples{}
 	var closeS, cycles []float64
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep,
-			benchkit.Arm{Name: "fill", Run: func() time.Duration {
-				db := testdb.New(b)
-				started(b, db)
-				s := newService(b, db.Pool, templateConfig(false), Options{})
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				done := make(chan *Result, 1)
-				go func() {
-					res, _ := s.RunOnce(ctx, nil)
-					done <- res
-				}()
-				if err := waitForState(db, holdsLease+` AND started`); err != nil {
-					b.Fatal(err)
-				}
-				from := head(b, db)
-				var appeared time.Time
-				if err := db.Pool.QueryRow(context.Background(),
-					`SELECT clock_timestamp() FROM (SELECT setval('outbox.events_sequence_seq', $1)) s`, from+gap).Scan(&appeared); err != nil {
-					b.Fatal(err)
-				}
-				if err := waitForState(db, fmt.Sprintf(`watermark >= %d`, from+gap)); err != nil {
-					b.Fatal(err)
-				}
-				cancel()
-				res := <-done
-				var last time.Time
-				if err := db.Pool.QueryRow(context.Background(), `SELECT max(recorded_at) FROM outbox.events`).Scan(&last); err != nil {
-					b.Fatal(err)
-				}
-				if res.Filled != gap {
-					b.Fatalf("Filled = %d, want %d; %v", res.Filled, gap, res)
-				}
-				closeS = append(closeS, last.Sub(appeared).Seconds())
-				cycles = append(cycles, float64(res.Cycles))
-				return fillTime(res)
-			}},
-			benchkit.Arm{Name: "limit", Run: func() time.Duration {
-				db := testdb.New(b)
-				started(b, db)
-				first, top := burst(b, db, gap, 1)
-				return bareInsert(b, db, first, top, 1)
-			}},
-		)
-		rep++
-	}
+	samples := benchkit.Repeat(b,
+		benchkit.Arm{Name: "fill", Run: func() time.Duration {
+			db := startedDB(b)
+			s := newService(b, db.Pool, templateConfig(false), Options{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan *Result, 1)
+			go func() {
+				res, _ := s.RunOnce(ctx, nil)
+				done <- res
+			}()
+			if err := waitForState(db, holdsLease+` AND started`); err != nil {
+				b.Fatal(err)
+			}
+			from := head(b, db)
+			var appeared time.Time
+			if err := db.Pool.QueryRow(context.Background(),
+				`SELECT clock_timestamp() FROM (SELECT setval('outbox.events_sequence_seq', $1)) s`, from+gap).Scan(&appeared); err != nil {
+				b.Fatal(err)
+			}
+			if err := waitForState(db, fmt.Sprintf(`watermark >= %d`, from+gap)); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+			res := <-done
+			var last time.Time
+			if err := db.Pool.QueryRow(context.Background(), `SELECT max(recorded_at) FROM outbox.events`).Scan(&last); err != nil {
+				b.Fatal(err)
+			}
+			if res.Filled != gap {
+				b.Fatalf("Filled = %d, want %d; %v", res.Filled, gap, res)
+			}
+			closeS = append(closeS, last.Sub(appeared).Seconds())
+			cycles = append(cycles, float64(res.Cycles))
+			return fillTime(res)
+		}},
+		limitArm(b, gap, 1),
+	)
 	fill, limit := samples.Median("fill"), samples.Median("limit")
 	b.ReportMetric(float64(gap), "gap")
 	b.ReportMetric(benchkit.Median(cycles), "cycles")
 	b.ReportMetric(benchkit.Median(closeS), "closed-after-s")
-	b.ReportMetric(float64(gap)/fill, "fill-rows/s")
-	b.ReportMetric(float64(gap)/limit, "limit-rows/s")
-	b.ReportMetric(limit/fill, "fill/limit")
+	reportAgainstLimit(b, gap, fill, limit)
 }
 
 // BenchmarkFillWatching: a healthy watching pass (the template's tick)
@@ -275,11 +254,7 @@ func BenchmarkFillWatching(b *testing.B) {
 	for _, n := range sizes {
 		arms = append(arms, watch(n))
 	}
-	rep := 0
-	for b.Loop() {
-		benchkit.Samples{}.Alternate(rep, arms...)
-		rep++
-	}
+	benchkit.Repeat(b, arms...)
 	small, large := sizes[0], sizes[len(sizes)-1]
 	for _, n := range sizes {
 		b.ReportMetric(benchkit.Median(stmts[n]), fmt.Sprintf("statements/tick@%d", n))
@@ -322,12 +297,7 @@ func BenchmarkFillPooler(b *testing.B) {
 			return took
 		}}
 	}
-	samples := benchkit.Samples{}
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep, arm("direct", false), arm("pgbouncer", true))
-		rep++
-	}
+	samples := benchkit.Repeat(b, arm("direct", false), arm("pgbouncer", true))
 	direct, pooled := samples.Median("direct"), samples.Median("pgbouncer")
 	b.ReportMetric(direct*1000, "direct-ms")
 	b.ReportMetric(pooled*1000, "pgbouncer-ms")

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
@@ -13,8 +14,7 @@ import (
 
 func TestScatteredGapsClosedInOneCycle(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	const n, every = 10_000, 5 // 2,000 gaps scattered among 10,000 new sequences
 	first := head(t, db) + 1
 	testdb.Exec(t, db.Pool, `INSERT INTO outbox.events (sequence, topic, payload)
@@ -34,12 +34,7 @@ func TestScatteredGapsClosedInOneCycle(t *testing.T) {
 	if res.Filled != gaps {
 		t.Errorf("Filled = %d, want all %d gaps", res.Filled, gaps)
 	}
-	if res.Cycles != 1 {
-		t.Errorf("Cycles = %d, want 1", res.Cycles)
-	}
-	if res.MarkersTaken != 1 {
-		t.Errorf("MarkersTaken = %d, want 1 (one proof for every page)", res.MarkersTaken)
-	}
+	counts.Want(t, "", counts.Of("Cycles", res.Cycles, 1), counts.Of("MarkersTaken", res.MarkersTaken, 1, "one proof for every page"))
 	if res.Watermark != first+n-1 {
 		t.Errorf("Watermark = %d, want the head %d", res.Watermark, first+n-1)
 	}
@@ -64,8 +59,7 @@ func TestScatteredGapsClosedInOneCycle(t *testing.T) {
 // batch, not a window a pass.
 func TestLiveGapOf200kClosedInOnePass(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	const gap = 200_000
 	from := head(t, db)
 	testdb.Exec(t, db.Pool, `SELECT setval('outbox.events_sequence_seq', $1)`, from+gap)
@@ -77,12 +71,7 @@ func TestLiveGapOf200kClosedInOnePass(t *testing.T) {
 	if res.Filled != gap {
 		t.Errorf("Filled = %d, want %d", res.Filled, gap)
 	}
-	if res.Cycles != 1 {
-		t.Errorf("Cycles = %d, want 1", res.Cycles)
-	}
-	if res.MarkersTaken != 1 {
-		t.Errorf("MarkersTaken = %d, want 1", res.MarkersTaken)
-	}
+	counts.Want(t, "", counts.Of("Cycles", res.Cycles, 1), counts.Of("MarkersTaken", res.MarkersTaken, 1))
 	if res.Watermark != top {
 		t.Errorf("Watermark = %d, want %d", res.Watermark, top)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
@@ -42,9 +43,7 @@ func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 	if res.Filled != 0 {
 		t.Errorf("inside the grace: Filled = %d, want 0", res.Filled)
 	}
-	if res.StalledAt == nil || *res.StalledAt != gap {
-		t.Errorf("inside the grace: StalledAt = %s, want %d", show(res.StalledAt), gap)
-	}
+	wantStalledAt(t, "inside the grace", res, gap)
 	if _, ok := rows(t, db)[gap]; ok {
 		t.Fatal("a placeholder was written before the grace ended")
 	}
@@ -68,21 +67,14 @@ func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 	clk.Advance(5 * time.Second)
 	res = runPass(t, s)
 	wantCaughtUp(t, res)
-	if res.Filled != 1 {
-		t.Errorf("after the grace: Filled = %d, want 1", res.Filled)
-	}
-	if res.Watermark != 3 {
-		t.Errorf("after the grace: Watermark = %d, want 3", res.Watermark)
-	}
+	counts.Want(t, "after the grace", counts.Of("Filled", res.Filled, 1), counts.Of("Watermark", res.Watermark, 3))
 	if res.StalledAt != nil {
 		t.Errorf("after the grace: StalledAt = %d, want null", *res.StalledAt)
 	}
 	if res.Cycle != nil {
 		t.Errorf("after the grace: Cycle = %+v, want null", res.Cycle)
 	}
-	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
-	}
+	wantPlaceholders(t, rows(t, db), gap)
 }
 
 // A grace that fits in the budget is waited out inside one pass.
@@ -97,18 +89,11 @@ func TestGraceWaitedOutInsideThePass(t *testing.T) {
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
 	took := time.Since(begin)
 	wantCaughtUp(t, res)
-	if res.Filled != 1 {
-		t.Errorf("Filled = %d, want the gap filled by the same pass", res.Filled)
-	}
-	if res.Watermark != 3 {
-		t.Errorf("Watermark = %d, want 3", res.Watermark)
-	}
+	counts.Want(t, "", counts.Of("Filled", res.Filled, 1, "the gap filled by the same pass"), counts.Of("Watermark", res.Watermark, 3))
 	if took < cfg.Grace {
 		t.Errorf("filled after %s, before the %s grace", took, cfg.Grace)
 	}
-	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
-	}
+	wantPlaceholders(t, rows(t, db), gap)
 }
 
 // A stall that resolves inside the grace (late commit) keeps the real
@@ -124,18 +109,12 @@ func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 	w.commit()
 	res := await()
 	wantCaughtUp(t, res)
-	if res.Filled != 0 {
-		t.Errorf("Filled = %d, want 0", res.Filled)
-	}
-	if res.Watermark != 3 {
-		t.Errorf("Watermark = %d, want 3", res.Watermark)
-	}
-	if res.MarkersTaken != 0 {
-		t.Errorf("MarkersTaken = %d, want 0: the stall resolved inside its grace", res.MarkersTaken)
-	}
-	if r, ok := rows(t, db)[late]; !isReal(r, ok) {
-		t.Errorf("sequence %d: %+v, want the real event", late, r)
-	}
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 0),
+		counts.Of("Watermark", res.Watermark, 3),
+		counts.Of("MarkersTaken", res.MarkersTaken, 0, "the stall resolved inside its grace"),
+	)
+	wantReal(t, rows(t, db), late, "the real event")
 }
 
 // A writer still open when the grace ends: no fill while it runs and
@@ -153,9 +132,7 @@ func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 	if res.Filled != 0 {
 		t.Errorf("Filled = %d, want 0 while the writer runs", res.Filled)
 	}
-	if res.StalledAt == nil || *res.StalledAt != gap {
-		t.Errorf("StalledAt = %s, want %d", show(res.StalledAt), gap)
-	}
+	wantStalledAt(t, "", res, gap)
 	if len(res.BlockedBy) == 0 {
 		t.Fatalf("BlockedBy is empty, want the writer (pid %d) first", w.pid)
 	}
@@ -206,18 +183,14 @@ func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 	w.rollback()
 	res = runPass(t, s)
 	wantCaughtUp(t, res)
-	if res.Filled != 1 {
-		t.Errorf("after rollback: Filled = %d, want 1", res.Filled)
-	}
-	if res.MarkersTaken != 0 {
-		t.Errorf("after rollback: MarkersTaken = %d, want 0: the gap filled on the kept marker", res.MarkersTaken)
-	}
+	counts.Want(t, "after rollback",
+		counts.Of("Filled", res.Filled, 1),
+		counts.Of("MarkersTaken", res.MarkersTaken, 0, "the gap filled on the kept marker"),
+	)
 	if res.ProofBlockedSeconds != 0 {
 		t.Errorf("after rollback: ProofBlockedSeconds = %v, want 0", res.ProofBlockedSeconds)
 	}
-	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
-	}
+	wantPlaceholders(t, rows(t, db), gap)
 }
 
 // The twin: the writer commits while the pass polls the proof; the
@@ -235,26 +208,15 @@ func TestOpenWriterCommitsDuringProof(t *testing.T) {
 	w.commit()
 	res := await()
 	wantCaughtUp(t, res)
-	if res.Filled != 0 {
-		t.Errorf("Filled = %d, want 0", res.Filled)
-	}
-	if res.Watermark != 3 {
-		t.Errorf("Watermark = %d, want 3", res.Watermark)
-	}
-	if res.MarkersTaken != 1 {
-		t.Errorf("MarkersTaken = %d, want 1", res.MarkersTaken)
-	}
-	if r, ok := rows(t, db)[seq]; !isReal(r, ok) {
-		t.Errorf("sequence %d: %+v, want the committed event", seq, r)
-	}
+	counts.Want(t, "", counts.Of("Filled", res.Filled, 0), counts.Of("Watermark", res.Watermark, 3), counts.Of("MarkersTaken", res.MarkersTaken, 1))
+	wantReal(t, rows(t, db), seq, "the committed event")
 }
 
 // FILL_BATCH_LIMIT=2 with 5 burned sequences: all 5 filled in one pass,
 // grace paid once.
 func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	first, last := burn(t, db, 5)
 	top := commit(t, db, 1)
 
@@ -309,23 +271,15 @@ func TestStallAboveMarkerHeadStartsNextCycle(t *testing.T) {
 	if res.Filled != 1 {
 		t.Errorf("next cycle: Filled = %d, want 1 (sequence %d)", res.Filled, gap)
 	}
-	if res.Watermark != 5 {
-		t.Errorf("next cycle: Watermark = %d, want 5", res.Watermark)
-	}
-	if res.MarkersTaken != 1 {
-		t.Errorf("next cycle: MarkersTaken = %d, want a fresh marker", res.MarkersTaken)
-	}
-	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
-	}
+	counts.Want(t, "next cycle", counts.Of("Watermark", res.Watermark, 5), counts.Of("MarkersTaken", res.MarkersTaken, 1, "a fresh marker"))
+	wantPlaceholders(t, rows(t, db), gap)
 }
 
 // A burned tail (head above the highest present row) is filled, and no
 // placeholder goes above the head.
 func TestBurnedTailFilled(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	first, last := burn(t, db, 3)
 
 	cfg := testConfig()
@@ -342,11 +296,7 @@ func TestBurnedTailFilled(t *testing.T) {
 		t.Errorf("Head = %d, want %d", res.Head, last)
 	}
 	got := rows(t, db)
-	for s := first; s <= last; s++ {
-		if r, ok := got[s]; !isPlaceholder(r, ok) {
-			t.Errorf("sequence %d: %+v, want a fill placeholder", s, r)
-		}
-	}
+	wantPlaceholders(t, got, span(first, last)...)
 	if len(got) != int(last) {
 		t.Errorf("rows above the head %d: %v", last, got)
 	}

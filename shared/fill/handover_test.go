@@ -66,8 +66,7 @@ func handOverBound(cfg Config) time.Duration {
 func TestHandOverSurvivesASuccessorKilledAtEachStep(t *testing.T) {
 	for _, step := range []string{"registered", "handed", "taken"} {
 		t.Run("killed when "+step, func(t *testing.T) {
-			db := testdb.New(t)
-			started(t, db)
+			db := startedDB(t)
 			cfg := watchConfig()
 			cfg.PassBudget = 5 * time.Second
 			holder := startPassUntil(t, db, newService(t, db.Pool, cfg, Options{}), holdsLease)
@@ -122,8 +121,7 @@ func TestHandOverSurvivesASuccessorKilledAtEachStep(t *testing.T) {
 // holder's last renewal, and fills what came meanwhile. With the default
 // tick, as deployed.
 func TestKilledHoldersLeaseIsTakenOverWithinAFewTicks(t *testing.T) {
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	cfg := watchConfig()
 	cfg.Tick, cfg.PassBudget = DefaultTick, 8*time.Second
 	// The documented lease at the default tick: a few ticks, not the

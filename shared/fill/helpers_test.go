@@ -204,6 +204,47 @@ func rows(t testing.TB, db *testdb.DB) map[int64]row {
 func isPlaceholder(r row, ok bool) bool { return ok && r.FilledBy != nil && *r.FilledBy == "fill" }
 func isReal(r row, ok bool) bool        { return ok && r.FilledBy == nil && r.Topic != nil }
 
+// wantPlaceholders checks that each of seqs is a fill placeholder in got.
+func wantPlaceholders(t testing.TB, got map[int64]row, seqs ...int64) {
+	t.Helper()
+	for _, s := range seqs {
+		if r, ok := got[s]; !isPlaceholder(r, ok) {
+			t.Errorf("sequence %d: %+v, want a fill placeholder", s, r)
+		}
+	}
+}
+
+// wantReal checks that seq holds a real event in got; what names it.
+func wantReal(t testing.TB, got map[int64]row, seq int64, what string) {
+	t.Helper()
+	if r, ok := got[seq]; !isReal(r, ok) {
+		t.Errorf("sequence %d: %+v, want %s", seq, r, what)
+	}
+}
+
+// wantKept checks that every committed row of before is in after as it
+// was: there, never rewritten (the same xmin), the same payload, not a
+// placeholder; when names what happened between the two.
+func wantKept(t testing.TB, before, after map[int64]row, when string) {
+	t.Helper()
+	for s, b := range before {
+		a, ok := after[s]
+		if !ok {
+			t.Errorf("committed row %d is gone after %s", s, when)
+			continue
+		}
+		if a.Xmin != b.Xmin {
+			t.Errorf("committed row %d: xmin %s, was %s before %s (rewritten)", s, a.Xmin, b.Xmin, when)
+		}
+		if *a.Payload != *b.Payload {
+			t.Errorf("committed row %d: payload %s, was %s before %s", s, *a.Payload, *b.Payload, when)
+		}
+		if a.FilledBy != nil {
+			t.Errorf("committed row %d: filled_by %s after %s, want null", s, *a.FilledBy, when)
+		}
+	}
+}
+
 func head(t testing.TB, db *testdb.DB) int64 {
 	t.Helper()
 	var h int64
@@ -227,6 +268,14 @@ func started(t testing.TB, db *testdb.DB) {
 	}
 }
 
+// startedDB is a fresh database whose fill has started.
+func startedDB(t testing.TB) *testdb.DB {
+	t.Helper()
+	db := testdb.New(t)
+	started(t, db)
+	return db
+}
+
 // The stall scenes most tests start from: a started outbox (sequence 1,
 // committed and passed over), a stall at sequence 2 and one committed event
 // at 3 above it, so the next pass sees a live stall at 2 (a grace applies)
@@ -247,11 +296,7 @@ func stallBehindRollback(t testing.TB, db *testdb.DB) (gap int64) {
 // The caller commits or rolls it back.
 func stallBehindOpenWriter(t testing.TB, db *testdb.DB) (w *writer, held int64) {
 	t.Helper()
-	started(t, db)
-	w = openWriter(t, db)
-	held = w.publish()
-	commit(t, db, 1)
-	return w, held
+	return stallBehindWriter(t, db, (*writer).publish)
 }
 
 // stallBehindAllocatingWriter: sequence 2's writer has taken its xid and
@@ -259,11 +304,30 @@ func stallBehindOpenWriter(t testing.TB, db *testdb.DB) (w *writer, held int64) 
 // insert, the §3.1 order), and stays open.
 func stallBehindAllocatingWriter(t testing.TB, db *testdb.DB) (w *writer, held int64) {
 	t.Helper()
+	return stallBehindWriter(t, db, (*writer).allocate)
+}
+
+// stallBehindWriter is the scene with sequence 2's writer open after
+// step (what it did with its sequence, which step returns).
+func stallBehindWriter(t testing.TB, db *testdb.DB, step func(*writer) int64) (w *writer, held int64) {
+	t.Helper()
 	started(t, db)
 	w = openWriter(t, db)
-	held = w.allocate()
+	held = step(w)
 	commit(t, db, 1)
 	return w, held
+}
+
+// wantStalledAt checks that the pass reports the stall at gap; what
+// names the point of the test (empty for its only one).
+func wantStalledAt(t testing.TB, what string, res *Result, gap int64) {
+	t.Helper()
+	if what != "" {
+		what += ": "
+	}
+	if res.StalledAt == nil || *res.StalledAt != gap {
+		t.Errorf("%sStalledAt = %s, want %d", what, show(res.StalledAt), gap)
+	}
 }
 
 func waiting(r *Result) string { return r.WaitingFor() }

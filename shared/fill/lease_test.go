@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 )
 
@@ -23,8 +24,7 @@ import (
 // gap filled exactly once.
 func TestConcurrentPassesLease(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	burn(t, db, 3)
 	commit(t, db, 1)
 	burn(t, db, 2)
@@ -103,8 +103,7 @@ func TestConcurrentPassesLease(t *testing.T) {
 // A lease left by a crashed pass blocks only until it expires.
 func TestExpiredLeaseIsTaken(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	testdb.Exec(t, db.Pool, `UPDATE outbox.leases SET owner = 'crashed', expires_at = now() + interval '1 hour' WHERE name = 'fill'`)
 	s := newService(t, db.Pool, testConfig(), Options{})
 	res := runPass(t, s)
@@ -148,15 +147,8 @@ func TestCancelledMidPassNextContinues(t *testing.T) {
 	}
 	res = runPass(t, s)
 	wantCaughtUp(t, res)
-	if res.Filled != 1 {
-		t.Errorf("next pass: Filled = %d, want 1", res.Filled)
-	}
-	if res.Watermark != 3 {
-		t.Errorf("next pass: Watermark = %d, want 3", res.Watermark)
-	}
-	if r, ok := rows(t, db)[gap]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
-	}
+	counts.Want(t, "next pass", counts.Of("Filled", res.Filled, 1), counts.Of("Watermark", res.Watermark, 3))
+	wantPlaceholders(t, rows(t, db), gap)
 	// The next pass waited only the rest of the grace, from the persisted first sighting.
 	var recorded time.Time
 	if err := db.Pool.QueryRow(context.Background(), `SELECT recorded_at FROM outbox.events WHERE sequence = $1`, gap).Scan(&recorded); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
@@ -36,12 +37,10 @@ func TestWatermarkPassesOperatorPlaceholders(t *testing.T) {
 	if res.Watermark != gap+1 {
 		t.Errorf("Watermark = %d, want %d (past the operator placeholder at %d)", res.Watermark, gap+1, gap)
 	}
-	if res.Filled != 0 {
-		t.Errorf("Filled = %d, want 0: the operator wrote the placeholder", res.Filled)
-	}
-	if res.MarkersTaken != 0 {
-		t.Errorf("MarkersTaken = %d, want 0: nothing was left to prove", res.MarkersTaken)
-	}
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 0, "the operator wrote the placeholder"),
+		counts.Of("MarkersTaken", res.MarkersTaken, 0, "nothing was left to prove"),
+	)
 	if res.OperatorFilled != skip.Written {
 		t.Errorf("OperatorFilled = %d, want the skip's %d", res.OperatorFilled, skip.Written)
 	}
@@ -62,8 +61,7 @@ func TestWatermarkPassesOperatorPlaceholders(t *testing.T) {
 //
 // Not parallel: the blocking session holds an xid across passes.
 func TestSkipEndsABlockedCycle(t *testing.T) {
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	blocker := openWriter(t, db)
 	if _, err := blocker.tx.Exec(context.Background(), `SELECT pg_current_xact_id()`); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/syncbuf"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
@@ -77,8 +78,7 @@ func assertEndedOnBudget(t *testing.T, res *Result, logs string, budget time.Dur
 }
 
 func TestLockedFillStateEndsThePassOnItsBudget(t *testing.T) {
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	lockedBy(t, db, `SELECT * FROM outbox.fill_state FOR UPDATE`)
 	cfg := testConfig()
 	cfg.PassBudget = time.Second
@@ -87,8 +87,7 @@ func TestLockedFillStateEndsThePassOnItsBudget(t *testing.T) {
 }
 
 func TestLockedEventsEndThePassOnItsBudget(t *testing.T) {
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	burn(t, db, 1)
 	lockedBy(t, db, `LOCK TABLE outbox.events IN ACCESS EXCLUSIVE MODE`)
 	cfg := testConfig()
@@ -125,15 +124,11 @@ func TestConnectionKilledMidProofSameInvocationRecovers(t *testing.T) {
 	if res.Retries < 1 && !testdb.ViaPooler() {
 		t.Errorf("Retries = %d, want the killed connection retried", res.Retries)
 	}
-	if res.Filled != 1 {
-		t.Errorf("Filled = %d, want the gap filled by the same invocation", res.Filled)
-	}
-	if res.MarkersTaken != 1 {
-		t.Errorf("MarkersTaken = %d, want the one marker kept across the retry", res.MarkersTaken)
-	}
-	if r, ok := rows(t, db)[gapSeq]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v, want a fill placeholder", gapSeq, r)
-	}
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 1, "the gap filled by the same invocation"),
+		counts.Of("MarkersTaken", res.MarkersTaken, 1, "the one marker kept across the retry"),
+	)
+	wantPlaceholders(t, rows(t, db), gapSeq)
 }
 
 // pg_ctl restart -m fast in the middle of a pass: the same invocation
@@ -144,8 +139,7 @@ func TestRestartMidPassSameInvocationRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	commit(t, db, 3)
 	gapSeq, _ := burn(t, db, 1)
 	commit(t, db, 2)
@@ -173,30 +167,15 @@ func TestRestartMidPassSameInvocationRecovers(t *testing.T) {
 		t.Errorf("Filled = %d, want the gap at %d filled by the same invocation", res.Filled, gapSeq)
 	}
 	after := rows(t, db)
-	for s, b := range before {
-		a, ok := after[s]
-		if !ok {
-			t.Errorf("committed row %d is gone after the restart", s)
-			continue
-		}
-		if a.Xmin != b.Xmin {
-			t.Errorf("committed row %d: xmin %s, was %s before the restart (rewritten)", s, a.Xmin, b.Xmin)
-		}
-		if *a.Payload != *b.Payload {
-			t.Errorf("committed row %d: payload %s, was %s before the restart", s, *a.Payload, *b.Payload)
-		}
-	}
-	if r, ok := after[gapSeq]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v, want a fill placeholder", gapSeq, r)
-	}
+	wantKept(t, before, after, "the restart")
+	wantPlaceholders(t, after, gapSeq)
 }
 
 // §3.7: a persisted marker at or above the snapshot's xmax was never
 // assigned here (state restored from elsewhere). The pass discards it,
 // says so, takes a fresh one and fills.
 func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	gapSeq, _ := burn(t, db, 1)
 	top := commit(t, db, 1)
 	testdb.Exec(t, db.Pool, `UPDATE outbox.fill_state SET cycle_from = 1, cycle_first_seen_at = now() - interval '1 hour',
@@ -206,12 +185,7 @@ func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
 	cfg := testConfig()
 	cfg.PassBudget = 3 * time.Second
 	res, logs := loggedPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.ForeignMarkers != 1 {
-		t.Errorf("ForeignMarkers = %d, want 1", res.ForeignMarkers)
-	}
-	if res.MarkersTaken != 1 {
-		t.Errorf("MarkersTaken = %d, want a fresh marker", res.MarkersTaken)
-	}
+	counts.Want(t, "", counts.Of("ForeignMarkers", res.ForeignMarkers, 1), counts.Of("MarkersTaken", res.MarkersTaken, 1, "a fresh marker"))
 	if res.Filled != 1 {
 		t.Errorf("Filled = %d, want the gap at %d filled: %v", res.Filled, gapSeq, res)
 	}
@@ -263,8 +237,7 @@ func (r errRowOf) Scan(...any) error { return r.err }
 // lease, and gives it back anyway on its way out, so the next pass does
 // not wait for it to expire.
 func TestLeaseTakenWithTheAnswerLostIsGivenBack(t *testing.T) {
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	cfg := testConfig()
 	cfg.PassBudget, cfg.Tick = 150*time.Millisecond, 200*time.Millisecond
 	lossy := &lostAnswer{DB: db.Pool, sent: true, lose: func(sql string) bool { return strings.Contains(sql, "leases.acquire") }}
@@ -292,8 +265,7 @@ func TestLeaseTakenWithTheAnswerLostIsGivenBack(t *testing.T) {
 // dropped connection is sent again within the finish allowance: the pass
 // ends normally and the lease is free.
 func TestFinishIsRetriedAfterALostConnection(t *testing.T) {
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	lossy := &lostAnswer{DB: db.Pool, lose: func(sql string) bool { return strings.Contains(sql, "leases.finish") }}
 	res := runPass(t, newService(t, lossy, testConfig(), Options{}))
 	if !lossy.lost.Load() {

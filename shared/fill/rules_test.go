@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
@@ -34,29 +35,9 @@ func TestCommittedRowsUntouched(t *testing.T) {
 
 	res := runPass(t, newService(t, db.Pool, testConfig(), Options{}))
 	wantCaughtUp(t, res)
-	if res.Filled != 10 {
-		t.Errorf("Filled = %d, want 10", res.Filled)
-	}
-	if res.Watermark != 21 {
-		t.Errorf("Watermark = %d, want 21", res.Watermark)
-	}
+	counts.Want(t, "", counts.Of("Filled", res.Filled, 10), counts.Of("Watermark", res.Watermark, 21))
 	after := rows(t, db)
-	for s, b := range before {
-		a, ok := after[s]
-		if !ok {
-			t.Errorf("committed row %d is gone", s)
-			continue
-		}
-		if *a.Payload != *b.Payload {
-			t.Errorf("committed row %d: payload %s, was %s", s, *a.Payload, *b.Payload)
-		}
-		if a.Xmin != b.Xmin {
-			t.Errorf("committed row %d: xmin %s, was %s (rewritten)", s, a.Xmin, b.Xmin)
-		}
-		if a.FilledBy != nil {
-			t.Errorf("committed row %d: filled_by %s, want null", s, *a.FilledBy)
-		}
-	}
+	wantKept(t, before, after, "the pass")
 	if len(after) != 21 {
 		t.Errorf("%d rows, want 21", len(after))
 	}
@@ -145,12 +126,8 @@ func TestRuleMarkerAfterHead(t *testing.T) {
 		t.Errorf("after the writer: Watermark = %d, want %d", res.Watermark, late)
 	}
 	got := rows(t, db)
-	if r, ok := got[gap]; !isPlaceholder(r, ok) {
-		t.Errorf("sequence %d: %+v, want a fill placeholder", gap, r)
-	}
-	if r, ok := got[late]; !isReal(r, ok) {
-		t.Errorf("sequence %d: %+v, want the writer's event", late, r)
-	}
+	wantPlaceholders(t, got, gap)
+	wantReal(t, got, late, "the writer's event")
 }
 
 // §3.2 structurally: the statement that assigns the marker
@@ -225,12 +202,7 @@ func TestRuleNeverOverwriteNeverAboveHead(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace = pass.Off
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
-	if res.Filled != 3 {
-		t.Errorf("Filled = %d, want 3", res.Filled)
-	}
-	if res.Watermark != 5 {
-		t.Errorf("Watermark = %d, want 5", res.Watermark)
-	}
+	counts.Want(t, "", counts.Of("Filled", res.Filled, 3), counts.Of("Watermark", res.Watermark, 5))
 	a, b := rows(t, db)[3], before[3]
 	if *a.Payload != *b.Payload {
 		t.Errorf("row 3: payload %s, was %s", *a.Payload, *b.Payload)
@@ -253,8 +225,7 @@ func TestRuleNeverOverwriteNeverAboveHead(t *testing.T) {
 // wrote itself.
 func TestRuleNeverOverwriteARowWrittenAfterThePageRead(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	first, last := burn(t, db, 3) // 2..4
 	commit(t, db, 1)
 
@@ -334,10 +305,5 @@ func TestBlockedByNamesPreparedTransaction(t *testing.T) {
 	testdb.Exec(t, db.Pool, `ROLLBACK PREPARED '`+gid+`'`)
 	resolved = true
 	res = runPass(t, s)
-	if res.Filled != 1 {
-		t.Errorf("after ROLLBACK PREPARED: Filled = %d, want 1", res.Filled)
-	}
-	if res.Watermark != 3 {
-		t.Errorf("after ROLLBACK PREPARED: Watermark = %d, want 3", res.Watermark)
-	}
+	counts.Want(t, "after ROLLBACK PREPARED", counts.Of("Filled", res.Filled, 1), counts.Of("Watermark", res.Watermark, 3))
 }

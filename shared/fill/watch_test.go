@@ -71,8 +71,7 @@ func fillDelay(t *testing.T, db *testdb.DB, g gap) time.Duration {
 
 func TestGapCreatedWhileWatchingIsFilledByThatPass(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	cfg := watchConfig()
 	await := startPassUntil(t, db, newService(t, db.Pool, cfg, Options{}), holdsLease)
 	time.Sleep(3 * cfg.Tick) // the pass is watching a caught-up table
@@ -104,8 +103,7 @@ func TestGapCreatedWhileWatchingIsFilledByThatPass(t *testing.T) {
 // one made in the middle of a pass.
 func TestHandOverBetweenInvocationsLeavesNoGapUnwatched(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	started(t, db)
+	db := startedDB(t)
 	cfg := watchConfig()
 	cfg.PassBudget = 4 * time.Second
 	s := newService(t, db.Pool, cfg, Options{})

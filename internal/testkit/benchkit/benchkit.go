@@ -60,6 +60,17 @@ func (s Samples) Alternate(rep int, arms ...Arm) {
 	}
 }
 
+// Repeat runs one repetition of every arm (Alternate) for each turn of
+// b's loop, the first arm moving on by one each time, and returns the
+// times.
+func Repeat(b *testing.B, arms ...Arm) Samples {
+	s := Samples{}
+	for rep := 0; b.Loop(); rep++ {
+		s.Alternate(rep, arms...)
+	}
+	return s
+}
+
 // CompareRates times base and arm alternately (Alternate) for b.N
 // repetitions, each doing n messages, and reports each one's median rate
 // as <name>-msgs/s and arm's over base's as <arm>/<base>.
