@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
@@ -52,10 +53,10 @@ func TestBadInputToDLQ(t *testing.T) {
 		idOf[r.Body] = r.MessageId
 	}
 	res := process(f.svc, ctx, ev)
-	wantCounts(t, "",
-		count{"Filled", res.Filled, 2, "the good report's"},
-		count{"Invalid", res.Invalid, len(bad), ""},
-		count{"Failed", res.Failed, 0, "bad input sent to the DLQ is handled"},
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 2, "the good report's"),
+		counts.Of("Invalid", res.Invalid, len(bad)),
+		counts.Of("Failed", res.Failed, 0, "bad input sent to the DLQ is handled"),
 	)
 	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(good)
@@ -104,10 +105,10 @@ func TestBadInputWithoutDLQIsFailedItem(t *testing.T) {
 			badID = m.MessageId
 		}
 	}
-	wantCounts(t, "",
-		count{"Filled", res.Filled, 1, "the good report's"},
-		count{"Invalid", res.Invalid, 1, ""},
-		count{"Failed", res.Failed, 1, ""},
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 1, "the good report's"),
+		counts.Of("Invalid", res.Invalid, 1),
+		counts.Of("Failed", res.Failed, 1),
 	)
 	wantFailedItems(t, "the batch", res, badID)
 	if !strings.Contains(f.logs.String(), "no COMPENSATE_DLQ_URL") {
@@ -149,9 +150,9 @@ func TestFutureXIDOneEpochAboveRunningWriterIsBadInput(t *testing.T) {
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	ev := f.receive(1, 10*time.Second)
 	res := process(f.svc, ctx, ev)
-	wantCounts(t, "",
-		count{"Invalid", res.Invalid, 1, "the report refused as bad input"},
-		count{"Deferred", res.Deferred, 0, ""},
+	counts.Want(t, "",
+		counts.Of("Invalid", res.Invalid, 1, "the report refused as bad input"),
+		counts.Of("Deferred", res.Deferred, 0),
 	)
 	wantFailedItems(t, "the batch", res)
 	got := sqstest.Drain(t, f.sqs, f.dlq, 1, 10*time.Second)

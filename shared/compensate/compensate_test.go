@@ -2,7 +2,6 @@ package compensate_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,7 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/settingtest"
 	"github.com/outboxkeeper/outboxkeeper/shared/compensate"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
@@ -40,9 +40,9 @@ func TestAbortedWriterFilledAtOnce(t *testing.T) {
 	res := process(f.svc, context.Background(), ev)
 	elapsed := time.Since(started)
 
-	wantCounts(t, "",
-		count{"Filled", res.Filled, 3, ""},
-		count{"AlreadyPresent", res.AlreadyPresent, 0, ""},
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 3),
+		counts.Of("AlreadyPresent", res.AlreadyPresent, 0),
 	)
 	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(lost)
@@ -118,9 +118,9 @@ func TestFilledRangeNotified(t *testing.T) {
 	// (one channel delivers in commit order).
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	wantCounts(t, "redelivery",
-		count{"Filled", res.Filled, 0, ""},
-		count{"AlreadyPresent", res.AlreadyPresent, 4, ""},
+	counts.Want(t, "redelivery",
+		counts.Of("Filled", res.Filled, 0),
+		counts.Of("AlreadyPresent", res.AlreadyPresent, 4),
 	)
 	if _, err := f.db.Pool.Exec(ctx, `NOTIFY `+pgx.Identifier{f.db.Schema.EventsChannel()}.Sanitize()+`, 'sentinel'`); err != nil {
 		t.Fatal(err)
@@ -153,9 +153,9 @@ func TestCommittedSequencesUnchanged(t *testing.T) {
 	before := f.rows(seqs)
 	f.send(body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	wantCounts(t, "",
-		count{"Filled", res.Filled, 0, ""},
-		count{"AlreadyPresent", res.AlreadyPresent, 3, ""},
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 0),
+		counts.Of("AlreadyPresent", res.AlreadyPresent, 3),
 	)
 	wantFailedItems(t, "the batch", res)
 	after := f.rows(seqs)
@@ -186,9 +186,9 @@ func TestPrunedSequenceNotRecreated(t *testing.T) {
 	}
 	f.send(body(t, report.Report{Sequences: seqs[:1]}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	wantCounts(t, "",
-		count{"Filled", res.Filled, 0, ""},
-		count{"AlreadyPresent", res.AlreadyPresent, 1, "pruned counts as present"},
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 0),
+		counts.Of("AlreadyPresent", res.AlreadyPresent, 1, "pruned counts as present"),
 	)
 	wantFailedItems(t, "the batch", res)
 	f.requireMissing(seqs[:1])
@@ -207,9 +207,9 @@ func TestDuplicateDeliveryFillsOnce(t *testing.T) {
 		t.Errorf("first delivery: Filled = %d, want 3", first.Filled)
 	}
 	wantFailedItems(t, "first delivery", first)
-	wantCounts(t, "second delivery",
-		count{"Filled", second.Filled, 0, ""},
-		count{"AlreadyPresent", second.AlreadyPresent, 3, ""},
+	counts.Want(t, "second delivery",
+		counts.Of("Filled", second.Filled, 0),
+		counts.Of("AlreadyPresent", second.AlreadyPresent, 3),
 	)
 	wantFailedItems(t, "second delivery", second)
 }
@@ -295,9 +295,9 @@ func TestBatchIsOneInsert(t *testing.T) {
 		})
 	}
 	res := process(f.svc, context.Background(), ev)
-	wantCounts(t, "",
-		count{"Filled", res.Filled, 1000, ""},
-		count{"Statements", int(res.Statements), 2, "check, one insert that notifies"},
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 1000),
+		counts.Of("Statements", int(res.Statements), 2, "check, one insert that notifies"),
 	)
 	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(all)
@@ -351,9 +351,9 @@ func TestSavepointRollbackInCommittedTx(t *testing.T) {
 	slices.Sort(rep.Sequences)
 	ev.Records[0].Body = body(t, rep)
 	res = process(f.svc, ctx, ev)
-	wantCounts(t, "widened report",
-		count{"Filled", res.Filled, 0, ""},
-		count{"AlreadyPresent", res.AlreadyPresent, 4, ""},
+	counts.Want(t, "widened report",
+		counts.Of("Filled", res.Filled, 0),
+		counts.Of("AlreadyPresent", res.AlreadyPresent, 4),
 	)
 }
 
@@ -364,30 +364,17 @@ func TestNewRefusesABadConfigurationNamingTheField(t *testing.T) {
 	if _, err := compensate.New(db, compensate.Config{}, compensate.Options{SQS: client}); err != nil {
 		t.Fatalf("the defaults refused: %v", err)
 	}
-	if _, err := compensate.New(nil, compensate.Config{}, compensate.Options{SQS: client}); err == nil {
-		t.Error("nil db accepted")
-	}
 	if _, err := compensate.New(db, compensate.Config{}, compensate.Options{}); err == nil {
 		t.Error("nil SQS client accepted")
 	}
-	for field, cfg := range map[string]compensate.Config{
+	settingtest.Refuses(t, db, map[string]compensate.Config{
 		"Schema":        {Schema: "Not-A-Schema"},
 		"Defer":         {Defer: 1500 * time.Millisecond},
 		"RetryAttempts": {RetryAttempts: -2},
 		"MaxSequences":  {MaxSequences: -1},
 		"MaxDeferrals":  {MaxDeferrals: -1},
 		"DLQURL":        {DLQURL: "dlq"},
-	} {
-		_, err := compensate.New(db, cfg, compensate.Options{SQS: client})
-		var se *setting.Error
-		if !errors.As(err, &se) {
-			t.Errorf("%s: err = %v, want a *setting.Error", field, err)
-			continue
-		}
-		if se.Field != field {
-			t.Errorf("%s: the error names %s", field, se.Field)
-		}
-	}
+	}, compensate.New, compensate.Options{SQS: client})
 }
 
 // §3.4: a report without an xid is trusted as its owner's word, as the
@@ -401,9 +388,9 @@ func TestReportWithoutXIDIsOwnerTrusted(t *testing.T) {
 	_, burned := f.abandoned(2)
 	f.send(body(t, report.Report{Sequences: append(slices.Clone(burned), kept...)}))
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	wantCounts(t, "",
-		count{"Filled", res.Filled, 2, "the 2 burned sequences"},
-		count{"AlreadyPresent", res.AlreadyPresent, 1, "the committed one"},
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, 2, "the 2 burned sequences"),
+		counts.Of("AlreadyPresent", res.AlreadyPresent, 1, "the committed one"),
 	)
 	wantFailedItems(t, "the batch", res)
 	f.requirePlaceholders(burned)

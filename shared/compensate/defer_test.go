@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
@@ -35,9 +36,9 @@ func TestOpenWriterDeferredThenRolledBackFills(t *testing.T) {
 
 	ev := f.receive(1, 10*time.Second)
 	res := process(f.svc, ctx, ev)
-	wantCounts(t, "",
-		count{"Deferred", res.Deferred, 1, ""},
-		count{"Filled", res.Filled, 0, "while the writer runs"},
+	counts.Want(t, "",
+		counts.Of("Deferred", res.Deferred, 1),
+		counts.Of("Filled", res.Filled, 0, "while the writer runs"),
 	)
 	wantFailedItems(t, "the deferred batch", res, ev.Records[0].MessageId)
 	f.settle(ev, res.Response())
@@ -89,9 +90,9 @@ func TestOpenWriterDeferredThenCommittedKeepsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := process(f.svc, ctx, f.receive(1, 10*time.Second))
-	wantCounts(t, "after commit",
-		count{"Filled", res.Filled, 0, ""},
-		count{"AlreadyPresent", res.AlreadyPresent, 2, ""},
+	counts.Want(t, "after commit",
+		counts.Of("Filled", res.Filled, 0),
+		counts.Of("AlreadyPresent", res.AlreadyPresent, 2),
 	)
 	wantFailedItems(t, "after commit", res)
 	for s, r := range f.rows(seqs) {
@@ -113,16 +114,16 @@ func TestLongWriterDroppedAfterMaxDeferrals(t *testing.T) {
 
 	ev := f.receive(1, 10*time.Second)
 	res := process(f.svc, ctx, ev)
-	wantCounts(t, "first receive",
-		count{"Deferred", res.Deferred, 1, ""},
-		count{"Dropped", res.Dropped, 0, ""},
+	counts.Want(t, "first receive",
+		counts.Of("Deferred", res.Deferred, 1),
+		counts.Of("Dropped", res.Dropped, 0),
 	)
 	ev = f.receive(1, 10*time.Second) // visible again at once (defer 0s)
 	res = process(f.svc, ctx, ev)
-	wantCounts(t, "second receive",
-		count{"Dropped", res.Dropped, 1, ""},
-		count{"Deferred", res.Deferred, 0, ""},
-		count{"Failed", res.Failed, 0, "a drop is handled"},
+	counts.Want(t, "second receive",
+		counts.Of("Dropped", res.Dropped, 1),
+		counts.Of("Deferred", res.Deferred, 0),
+		counts.Of("Failed", res.Failed, 0, "a drop is handled"),
 	)
 	wantFailedItems(t, "second receive", res)
 	f.settle(ev, res.Response())

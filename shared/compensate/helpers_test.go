@@ -351,31 +351,3 @@ func sequences(evs []outbox.Event) []int64 {
 	}
 	return out
 }
-
-// count is one counter of a Result and the value a test wants of it, with
-// why when the number needs a word.
-type count struct {
-	name      string
-	got, want int
-	why       string
-}
-
-// wantCounts checks each counter on its own; what names the batch (empty
-// for a test's only one).
-func wantCounts(t *testing.T, what string, counts ...count) {
-	t.Helper()
-	prefix := ""
-	if what != "" {
-		prefix = what + ": "
-	}
-	for _, c := range counts {
-		if c.got == c.want {
-			continue
-		}
-		if c.why != "" {
-			t.Errorf("%s%s = %d, want %d (%s)", prefix, c.name, c.got, c.want, c.why)
-		} else {
-			t.Errorf("%s%s = %d, want %d", prefix, c.name, c.got, c.want)
-		}
-	}
-}

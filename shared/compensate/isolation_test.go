@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
@@ -39,9 +40,9 @@ func TestHostileReportDeferredWhileTheBatchFills(t *testing.T) {
 	res := process(f.svc, ctx, ev)
 	took := time.Since(start)
 
-	wantCounts(t, "",
-		count{"Filled", res.Filled, len(honest), "the sequences of the nine honest reports"},
-		count{"Deferred", res.Deferred, 1, "the hostile report alone"},
+	counts.Want(t, "",
+		counts.Of("Filled", res.Filled, len(honest), "the sequences of the nine honest reports"),
+		counts.Of("Deferred", res.Deferred, 1, "the hostile report alone"),
 	)
 	if got := outcomes(res)["hostile"]; got != "deferred" {
 		t.Errorf("hostile report: %s, want deferred", got)
@@ -84,8 +85,8 @@ func TestHonestBatchIsStillOneInsert(t *testing.T) {
 			Body: body(t, report.Report{XID: xid, HasXID: true, Sequences: seqs})})
 	}
 	res := process(f.svc, context.Background(), ev)
-	wantCounts(t, "",
-		count{"Statements", int(res.Statements), 2, "the check and one insert"},
-		count{"Filled", res.Filled, 6, ""},
+	counts.Want(t, "",
+		counts.Of("Statements", int(res.Statements), 2, "the check and one insert"),
+		counts.Of("Filled", res.Filled, 6),
 	)
 }

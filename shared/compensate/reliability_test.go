@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/pg"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/shared/report"
 )
 
@@ -46,9 +47,9 @@ func TestDatabaseUnreachableThenRedeliveryFills(t *testing.T) {
 		t.Errorf("Failed = %d, want both messages", res.Failed)
 	}
 	wantFailedItems(t, "database down", res, ev.Records[0].MessageId, ev.Records[1].MessageId)
-	wantCounts(t, "",
-		count{"Retries", res.Retries, 2, ""},
-		count{"Statements", int(res.Statements), 3, "a try and 2 retries"},
+	counts.Want(t, "",
+		counts.Of("Retries", res.Retries, 2),
+		counts.Of("Statements", int(res.Statements), 3, "a try and 2 retries"),
 	)
 	f.settle(ev, res.Response())
 	f.requireMissing(append(slices.Clone(first), second...))
@@ -80,10 +81,10 @@ func TestZeroRetriesTriesOnce(t *testing.T) {
 	}
 	t.Cleanup(down.Close)
 	res := process(f.service(down), context.Background(), f.receive(1, 10*time.Second))
-	wantCounts(t, "",
-		count{"Failed", res.Failed, 1, ""},
-		count{"Retries", res.Retries, 0, ""},
-		count{"Statements", int(res.Statements), 1, "the one try"},
+	counts.Want(t, "",
+		counts.Of("Failed", res.Failed, 1),
+		counts.Of("Retries", res.Retries, 0),
+		counts.Of("Statements", int(res.Statements), 1, "the one try"),
 	)
 }
 

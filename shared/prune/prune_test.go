@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/prune"
@@ -27,20 +28,19 @@ func templateConfig(mut ...func(*prune.Config)) prune.Config {
 
 func newPruner(t testing.TB, db pass.DB, cfg prune.Config) *prune.Service {
 	t.Helper()
-	s, err := prune.New(db, cfg, prune.Options{})
-	if err != nil {
-		t.Fatalf("prune.New: %v", err)
-	}
-	return s
+	return passtest.Built(prune.New(db, cfg, prune.Options{}))(t)
 }
 
 func run(t testing.TB, s *prune.Service) *prune.Result {
 	t.Helper()
-	res, err := s.RunOnce(context.Background(), nil)
-	if err != nil {
-		t.Fatalf("RunOnce: %v (partial %s)", err, res)
-	}
-	return res
+	return passtest.Run(t, context.Background(), s)
+}
+
+// seedAckedOld inserts n rows of the shape "acked-old": acked two days
+// ago, past the default retention of acked rows, so a prune deletes them.
+func seedAckedOld(t testing.TB, db *testdb.DB, n int) {
+	t.Helper()
+	seedDeliveries(t, db, "acked-old", "acked", n, 3*day, 2*day, 0, 2*day)
 }
 
 // seedDeliveries inserts n rows of one shape: state, created ago, and its
@@ -102,7 +102,7 @@ const day = 24 * time.Hour
 func TestPruneDeletesAckedAndDeadPastRetentionNeverOpen(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDeliveries(t, db, "acked-old", "acked", 30, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, 30)
 	seedDeliveries(t, db, "acked-young", "acked", 7, 3*day, time.Hour, 0, time.Hour)
 	seedDeliveries(t, db, "dead-old", "dead", 5, 10*day, 0, 8*day, 9*day)
 	seedDeliveries(t, db, "dead-young", "dead", 4, 10*day, 0, 6*day, 9*day)
@@ -133,7 +133,7 @@ func TestPruneDeletesAckedAndDeadPastRetentionNeverOpen(t *testing.T) {
 func TestPruneKeepsDeadWhenTold(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, 3)
 	seedDeliveries(t, db, "dead-ancient", "dead", 4, 400*day, 0, 399*day, 399*day)
 	res := run(t, newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.DeadAfter = pass.Off })))
 	if res.DeletedDead != 0 {
@@ -151,7 +151,7 @@ func TestPruneKeepsDeadWhenTold(t *testing.T) {
 func TestSecondPruneDeletesNothing(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDeliveries(t, db, "acked-old", "acked", 12, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, 12)
 	s := newPruner(t, db.Pool, templateConfig(func(c *prune.Config) { c.BatchLimit = 5 }))
 	if first := run(t, s); first.DeletedDeliveries != 12 {
 		t.Fatalf("first pass deleted %d, want 12", first.DeletedDeliveries)
@@ -172,7 +172,7 @@ func TestSecondPruneDeletesNothing(t *testing.T) {
 func TestPruneStopsAtTheYoungTail(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDeliveries(t, db, "acked-old", "acked", 10, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, 10)
 	seedDeliveries(t, db, "acked-young", "acked", 50, time.Hour, time.Minute, 0, time.Minute)
 	seedDeliveries(t, db, "acked-old-late", "acked", 10, 3*day, 2*day, 0, 2*day)
 	res := run(t, newPruner(t, db.Pool, prune.Config{Schema: testdb.Schema, BatchLimit: 20}))
@@ -299,7 +299,7 @@ func TestOverlappingPrunePassesDeleteEachRowOnce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	const n = 20000
-	seedDeliveries(t, db, "acked-old", "acked", n, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, n)
 	seedEvents(t, db, 1, n, 2*day)
 	setWatermark(t, db, n)
 	cfg := templateConfig(func(c *prune.Config) { c.BatchLimit = 250 })
@@ -345,7 +345,7 @@ func TestPruneOfAMillionAckedRowsKeepsItsBudgetAndResumes(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	const n = 1_000_000
-	seedDeliveries(t, db, "acked-old", "acked", n, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, n)
 	// Short enough that a million rows never fit one pass: a batch is
 	// one range delete of the primary key, and one pass of 2s deleted all
 	// of them on an idle machine.
@@ -386,7 +386,7 @@ func TestPruneOfAMillionAckedRowsKeepsItsBudgetAndResumes(t *testing.T) {
 func TestPruneBlockedOnALockEndsOnItsBudget(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, 3)
 	ctx := context.Background()
 	holder := db.Connect(t)
 	tx, err := holder.Begin(ctx)
@@ -418,7 +418,7 @@ func TestPruneBlockedOnALockEndsOnItsBudget(t *testing.T) {
 func TestPruneCancelled(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx, nil)
@@ -433,7 +433,7 @@ func TestPruneCancelled(t *testing.T) {
 func TestACancelledPruneIsStillRecorded(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDeliveries(t, db, "acked-old", "acked", 3, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx, nil); !errors.Is(err, context.Canceled) {
@@ -451,7 +451,7 @@ func TestACancelledPruneIsStillRecorded(t *testing.T) {
 func TestPruneKeepsARowReopenedWhileItsBatchWaited(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDeliveries(t, db, "acked-old", "acked", 10, 3*day, 2*day, 0, 2*day)
+	seedAckedOld(t, db, 10)
 	ctx := context.Background()
 	reopened := testdb.Scalar[int64](t, db.Pool, `SELECT min(id) + 4 FROM outbox.deliveries`)
 	operator := db.Connect(t)

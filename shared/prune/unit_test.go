@@ -1,12 +1,11 @@
 package prune
 
 import (
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/setting"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/settingtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
@@ -23,12 +22,10 @@ func TestZeroConfigIsTheDefaults(t *testing.T) {
 
 func TestNewAcceptsTheDefaultsAndKeep(t *testing.T) {
 	t.Parallel()
-	if _, err := New(testdb.NopDB{}, Config{}, Options{}); err != nil {
-		t.Errorf("defaults refused: %v", err)
-	}
-	if _, err := New(testdb.NopDB{}, Config{AckedAfter: pass.Off, DeadAfter: pass.Off, EventsAfter: pass.Off}, Options{}); err != nil {
-		t.Errorf("pass.Off refused: %v", err)
-	}
+	settingtest.Accepts(t, testdb.NopDB{}, map[string]Config{
+		"the defaults": {},
+		"pass.Off":     {AckedAfter: pass.Off, DeadAfter: pass.Off, EventsAfter: pass.Off},
+	}, New, Options{})
 }
 
 func TestNewRefusesEachBadSettingByName(t *testing.T) {
@@ -41,21 +38,7 @@ func TestNewRefusesEachBadSettingByName(t *testing.T) {
 		"PassBudget":  {PassBudget: 50 * time.Millisecond},
 		"Schema":      {Schema: "Robert'); DROP"},
 	}
-	for field, c := range bad {
-		t.Run(field, func(t *testing.T) {
-			_, err := New(testdb.NopDB{}, c, Options{})
-			var se *setting.Error
-			if !errors.As(err, &se) {
-				t.Fatalf("err = %v, want a *setting.Error", err)
-			}
-			if se.Field != field {
-				t.Errorf("the error names %s", se.Field)
-			}
-		})
-	}
-	if _, err := New(nil, Config{}, Options{}); err == nil {
-		t.Error("nil database accepted")
-	}
+	settingtest.Refuses(t, testdb.NopDB{}, bad, New, Options{})
 }
 
 // A cursor that a batch did not move ends its table, whatever the batch

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
@@ -40,20 +41,12 @@ func newSweeper(t testing.TB, db pass.DB, mut ...func(*sweep.Config)) *sweep.Ser
 
 func newSweeperWith(t testing.TB, db pass.DB, cfg sweep.Config, opts sweep.Options) *sweep.Service {
 	t.Helper()
-	s, err := sweep.New(db, cfg, opts)
-	if err != nil {
-		t.Fatalf("sweep.New: %v", err)
-	}
-	return s
+	return passtest.Built(sweep.New(db, cfg, opts))(t)
 }
 
 func run(t testing.TB, s *sweep.Service) *sweep.Result {
 	t.Helper()
-	res, err := s.RunOnce(context.Background(), nil)
-	if err != nil {
-		t.Fatalf("RunOnce: %v (partial %+v)", err, res)
-	}
-	return res
+	return passtest.Run(t, context.Background(), s)
 }
 
 func newOutbox(t testing.TB, db *testdb.DB) *outbox.Outbox {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
+	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
 )
 
 // Sweeps racing each other and the relay: each row moves once, and an
@@ -95,13 +96,7 @@ func TestSweepRacingAckAndMarkDelivered(t *testing.T) {
 	relays.Add(2)
 	go relay(ob.Ack, acked)
 	go relay(ob.MarkDelivered, remarked)
-	close(start)
-	relays.Wait()
-	close(fail)
-	for err := range fail {
-		t.Fatalf("relay: %v", err)
-	}
-	swept := resetTotal(sweeps())
+	swept := race(t, start, &relays, fail, sweeps)
 
 	var nAcked, nRemarked, ackUndone, remarkWrong, multiReset int
 	for i, id := range ids {
@@ -185,13 +180,7 @@ func TestSweepNeverResetsAnAckedRow(t *testing.T) {
 			}
 		}()
 	}
-	close(start)
-	relays.Wait()
-	close(fail)
-	for err := range fail {
-		t.Fatalf("relay: %v", err)
-	}
-	swept := resetTotal(sweeps())
+	swept := race(t, start, &relays, fail, sweeps)
 	var nAcked, undone int
 	for i, id := range ids {
 		if !acked[i] {
@@ -212,4 +201,18 @@ func TestSweepNeverResetsAnAckedRow(t *testing.T) {
 	}
 	t.Logf("%d acked, %d reset", nAcked, swept)
 	invariants(t, db.Pool)
+}
+
+// race releases the sweeps and relays waiting on start, waits for them
+// all, fails t on the first error a relay sent on fail, and returns what
+// the sweeps reset.
+func race(t *testing.T, start chan struct{}, relays *sync.WaitGroup, fail chan error, sweeps func() []*sweep.Result) int64 {
+	t.Helper()
+	close(start)
+	relays.Wait()
+	close(fail)
+	for err := range fail {
+		t.Fatalf("relay: %v", err)
+	}
+	return resetTotal(sweeps())
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
@@ -59,18 +60,7 @@ func TestLockedDeliveriesEndThePassOnItsBudget(t *testing.T) {
 func TestTotalsCountWhatCommittedWhenAPassFailsMidway(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDelivered(t, db, 1000, time.Hour)
-	testdb.Exec(t, db.Pool, `CREATE FUNCTION outbox.slow_update() RETURNS trigger LANGUAGE plpgsql AS
-		$$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$`)
-	testdb.Exec(t, db.Pool, `CREATE TRIGGER slow BEFORE UPDATE ON outbox.deliveries FOR EACH ROW EXECUTE FUNCTION outbox.slow_update()`)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	q := &cancelOnBatch{DB: db.Pool, batch: 3, cancel: cancel}
-	res, err := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 }).RunOnce(ctx, nil)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("RunOnce = %v, %v; want context.Canceled", res, err)
-	}
+	res := cancelledMidway(t, db)
 	committed := testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending'`)
 	if total := testdb.Scalar[int64](t, db.Pool, `SELECT resets_total FROM outbox.sweep_state`); total != committed {
 		t.Errorf("resets_total = %d, want the %d resets that committed", total, committed)
@@ -86,19 +76,7 @@ func TestTotalsCountWhatCommittedWhenAPassFailsMidway(t *testing.T) {
 func TestACancelledPassIsStillRecorded(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDelivered(t, db, 1000, time.Hour)
-	// Each row update takes 2ms, so the third batch is still running when
-	// the context is cancelled.
-	testdb.Exec(t, db.Pool, `CREATE FUNCTION outbox.slow_update() RETURNS trigger LANGUAGE plpgsql AS
-		$$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$`)
-	testdb.Exec(t, db.Pool, `CREATE TRIGGER slow BEFORE UPDATE ON outbox.deliveries FOR EACH ROW EXECUTE FUNCTION outbox.slow_update()`)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	q := &cancelOnBatch{DB: db.Pool, batch: 3, cancel: cancel}
-	res, err := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 }).RunOnce(ctx, nil)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("RunOnce = %v, %v; want context.Canceled", res, err)
-	}
+	res := cancelledMidway(t, db)
 	if passes := testdb.Scalar[int64](t, db.Pool, `SELECT passes FROM outbox.sweep_state`); passes != 1 {
 		t.Errorf("sweep_state.passes = %d after a cancelled pass, want it recorded", passes)
 	}
@@ -108,6 +86,27 @@ func TestACancelledPassIsStillRecorded(t *testing.T) {
 	if !res.Woken {
 		t.Error("the relay was not woken for the rows the cancelled pass reset")
 	}
+}
+
+// cancelledMidway runs a pass over 1,000 stuck rows in batches of 100
+// whose context is cancelled in the middle of its third batch (a trigger
+// makes each row update take 2ms, so a batch runs for 200ms+, and the
+// third is still running when the cancellation comes). It fails t unless
+// the pass ends with the cancellation, and returns its partial result.
+func cancelledMidway(t *testing.T, db *testdb.DB) *sweep.Result {
+	t.Helper()
+	seedDelivered(t, db, 1000, time.Hour)
+	testdb.Exec(t, db.Pool, `CREATE FUNCTION outbox.slow_update() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$`)
+	testdb.Exec(t, db.Pool, `CREATE TRIGGER slow BEFORE UPDATE ON outbox.deliveries FOR EACH ROW EXECUTE FUNCTION outbox.slow_update()`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := &cancelOnBatch{DB: db.Pool, batch: 3, cancel: cancel}
+	res, err := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 }).RunOnce(ctx, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunOnce = %+v, %v; want context.Canceled", res, err)
+	}
+	return res
 }
 
 // cancelOnBatch cancels the pass's context a moment after the given reset
@@ -128,32 +127,17 @@ func (c *cancelOnBatch) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchRe
 	return c.DB.SendBatch(ctx, b)
 }
 
-// The context is cancelled in the middle of the third batch (a trigger
-// makes each row update take 2ms, so a batch of 100 runs for 200ms+): the
-// batches that committed stay, the one cut off is rolled back whole, no row
+// The context is cancelled in the middle of the third batch
+// (cancelledMidway): the batches that committed stay, the one cut off is rolled back whole, no row
 // is half updated, and the next pass finishes the rest.
 func TestCancelledMidPassKeepsOnlyCommittedBatches(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	seedDelivered(t, db, 1000, time.Hour)
-	testdb.Exec(t, db.Pool, `CREATE FUNCTION outbox.slow_update() RETURNS trigger LANGUAGE plpgsql AS
-		$$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$`)
-	testdb.Exec(t, db.Pool, `CREATE TRIGGER slow BEFORE UPDATE ON outbox.deliveries FOR EACH ROW EXECUTE FUNCTION outbox.slow_update()`)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	q := &cancelOnBatch{DB: db.Pool, batch: 3, cancel: cancel}
-	s := newSweeper(t, q, func(c *sweep.Config) { c.BatchLimit = 100 })
-	res, err := s.RunOnce(ctx, nil)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("RunOnce = %+v, %v; want context.Canceled", res, err)
-	}
-	if res.Reset != 200 {
-		t.Errorf("partial result: Reset = %d, want the 2 committed batches' 200 rows", res.Reset)
-	}
-	if res.Batches != 2 {
-		t.Errorf("partial result: Batches = %d, want the 2 committed batches", res.Batches)
-	}
+	res := cancelledMidway(t, db)
+	counts.Want(t, "partial result",
+		counts.Of("Reset", res.Reset, 200, "the 2 committed batches' 200 rows"),
+		counts.Of("Batches", res.Batches, 2, "the 2 committed batches"),
+	)
 	// The cut-off statement's backend may still be unwinding: wait until
 	// no reset statement runs, then look.
 	deadline := time.Now().Add(10 * time.Second)
@@ -172,13 +156,13 @@ func TestCancelledMidPassKeepsOnlyCommittedBatches(t *testing.T) {
 		State string // state/redeliveries
 		Rows  int64
 	}
-	counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stateCount])
+	byState, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stateCount])
 	if err != nil {
 		t.Fatal(err)
 	}
 	// No row half updated: the cut-off batch is rolled back whole.
-	if want := []stateCount{{"delivered/0", 800}, {"pending/1", 200}}; !slices.Equal(counts, want) {
-		t.Fatalf("after the cancelled pass: %v, want %v", counts, want)
+	if want := []stateCount{{"delivered/0", 800}, {"pending/1", 200}}; !slices.Equal(byState, want) {
+		t.Fatalf("after the cancelled pass: %v, want %v", byState, want)
 	}
 	invariants(t, db.Pool)
 

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
@@ -73,23 +74,14 @@ func TestBatchLimitResetsAllInExactlyEnoughBatches(t *testing.T) {
 	t.Cleanup(pool.Close)
 
 	res := run(t, newSweeper(t, pool, func(c *sweep.Config) { c.BatchLimit = 100; c.PassBudget = 20 * time.Second }))
-	if res.Reset != 1000 {
-		t.Errorf("Reset = %d, want all 1000 in one pass", res.Reset)
-	}
+	counts.Want(t, "",
+		counts.Of("Reset", res.Reset, 1000, "all 1000 in one pass"),
+		counts.Of("Batches", res.Batches, 10),
+		counts.Of("Statements", res.Statements, 14),
+	)
+	counts.Want(t, "traced", counts.Of("reset statements", tracer.resets, 10), counts.Of("statements", tracer.total, 14))
 	if res.More {
 		t.Error("More = true, want false: nothing is left")
-	}
-	if tracer.resets != 10 {
-		t.Errorf("%d reset statements traced, want 10", tracer.resets)
-	}
-	if res.Batches != 10 {
-		t.Errorf("Batches = %d, want 10", res.Batches)
-	}
-	if tracer.total != 14 {
-		t.Errorf("%d statements traced, want 14", tracer.total)
-	}
-	if res.Statements != 14 {
-		t.Errorf("Statements = %d, want 14", res.Statements)
 	}
 	if n := testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 1`); n != 1000 {
 		t.Errorf("%d rows reset, want 1000", n)
@@ -102,17 +94,9 @@ func TestIdlePassIsFourStatements(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	res := run(t, newSweeper(t, db.Pool))
-	if res.Statements != 4 {
-		t.Errorf("Statements = %d, want 4", res.Statements)
-	}
-	if res.Batches != 1 {
-		t.Errorf("Batches = %d, want 1", res.Batches)
-	}
+	counts.Want(t, "", counts.Of("Statements", res.Statements, 4), counts.Of("Batches", res.Batches, 1), counts.Of("Open", res.Open, 0))
 	if res.Woken {
 		t.Error("Woken = true, want false on an idle table")
-	}
-	if res.Open != 0 {
-		t.Errorf("Open = %d, want 0", res.Open)
 	}
 	if res.OldestOpenAgeS != 0 {
 		t.Errorf("OldestOpenAgeS = %v, want 0", res.OldestOpenAgeS)
@@ -161,12 +145,7 @@ func TestBudgetStopsBatches(t *testing.T) {
 	q := &clockOnBatch{DB: db.Pool, base: time.Now()}
 	s := newSweeperWith(t, q, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 500 * time.Millisecond }), sweep.Options{Options: pass.Options{Now: q.now}})
 	res := run(t, s)
-	if res.Reset != 10 {
-		t.Errorf("first pass: Reset = %d, want one batch of 10", res.Reset)
-	}
-	if res.Batches != 1 {
-		t.Errorf("first pass: Batches = %d, want 1", res.Batches)
-	}
+	counts.Want(t, "first pass", counts.Of("Reset", res.Reset, 10, "one batch of 10"), counts.Of("Batches", res.Batches, 1))
 	if !res.More {
 		t.Error("first pass: More = false, want true (stopped by the budget)")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/outbox"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
@@ -42,18 +43,12 @@ func TestStuckRowResetFreshRowNot(t *testing.T) {
 	testdb.Exec(t, db.Pool, `UPDATE outbox.deliveries SET delivered_at = now() - interval '2 minutes' WHERE id = $1`, stuck)
 
 	res := run(t, newSweeper(t, db.Pool))
-	if res.Reset != 1 {
-		t.Errorf("Reset = %d, want 1", res.Reset)
-	}
-	if res.Dead != 0 {
-		t.Errorf("Dead = %d, want 0", res.Dead)
-	}
-	if res.Open != 2 {
-		t.Errorf("Open = %d, want 2", res.Open)
-	}
-	if res.StuckPending != 0 {
-		t.Errorf("StuckPending = %d, want 0", res.StuckPending)
-	}
+	counts.Want(t, "",
+		counts.Of("Reset", res.Reset, 1),
+		counts.Of("Dead", res.Dead, 0),
+		counts.Of("Open", res.Open, 2),
+		counts.Of("StuckPending", res.StuckPending, 0),
+	)
 	if !res.Woken {
 		t.Error("Woken = false, want true: a row was reset")
 	}
@@ -87,12 +82,7 @@ func TestStuckTimeRunsFromDeliveredAt(t *testing.T) {
 	testdb.Exec(t, db.Pool, `UPDATE outbox.deliveries SET created_at = now() - interval '3 hours', delivered_at = now() WHERE id = $1`, ids[0])
 
 	res := run(t, newSweeper(t, db.Pool))
-	if res.Reset != 0 {
-		t.Errorf("Reset = %d, want 0: the row was delivered just now", res.Reset)
-	}
-	if res.Dead != 0 {
-		t.Errorf("Dead = %d, want 0", res.Dead)
-	}
+	counts.Want(t, "", counts.Of("Reset", res.Reset, 0, "the row was delivered just now"), counts.Of("Dead", res.Dead, 0))
 	if res.Woken {
 		t.Error("Woken = true, want false: nothing is stuck")
 	}
@@ -116,17 +106,9 @@ func TestSecondSweepResetsNothing(t *testing.T) {
 		t.Fatalf("first sweep: Reset = %d, want 50", first.Reset)
 	}
 	second := run(t, s)
-	if second.Reset != 0 {
-		t.Errorf("second sweep: Reset = %d, want 0", second.Reset)
-	}
-	if second.Dead != 0 {
-		t.Errorf("second sweep: Dead = %d, want 0", second.Dead)
-	}
 	// The reset rows were created an hour ago, so the second pass sees them
 	// as stuck pending (the relay has not picked them up) and wakes.
-	if second.StuckPending != 50 {
-		t.Errorf("second sweep: StuckPending = %d, want 50", second.StuckPending)
-	}
+	counts.Want(t, "second sweep", counts.Of("Reset", second.Reset, 0), counts.Of("Dead", second.Dead, 0), counts.Of("StuckPending", second.StuckPending, 50))
 	if !second.Woken {
 		t.Error("second sweep: Woken = false, want true (stuck pending rows)")
 	}
@@ -171,12 +153,7 @@ func TestMaxRedeliveriesMakesRowDead(t *testing.T) {
 	}
 	deliverAndStick()
 	res := run(t, s)
-	if res.Reset != 0 {
-		t.Errorf("stuck a third time: Reset = %d, want 0", res.Reset)
-	}
-	if res.Dead != 1 {
-		t.Errorf("stuck a third time: Dead = %d, want 1", res.Dead)
-	}
+	counts.Want(t, "stuck a third time", counts.Of("Reset", res.Reset, 0), counts.Of("Dead", res.Dead, 1))
 	if !res.Woken {
 		t.Error("stuck a third time: Woken = false, want true")
 	}
@@ -192,15 +169,11 @@ func TestMaxRedeliveriesMakesRowDead(t *testing.T) {
 		t.Fatal("row after the limit: dead_at null, want it stamped")
 	}
 	again := run(t, s)
-	if again.Reset != 0 {
-		t.Errorf("sweep after dead: Reset = %d, want 0", again.Reset)
-	}
-	if again.Dead != 0 {
-		t.Errorf("sweep after dead: Dead = %d, want 0", again.Dead)
-	}
-	if again.Open != 0 {
-		t.Errorf("sweep after dead: Open = %d, want 0 (a dead row is not open)", again.Open)
-	}
+	counts.Want(t, "sweep after dead",
+		counts.Of("Reset", again.Reset, 0),
+		counts.Of("Dead", again.Dead, 0),
+		counts.Of("Open", again.Open, 0, "a dead row is not open"),
+	)
 	if again.Woken {
 		t.Error("sweep after dead: Woken = true, want false")
 	}
@@ -227,12 +200,7 @@ func TestNeverDeadKeepsResetting(t *testing.T) {
 	ids := seedDelivered(t, db, 3, time.Hour)
 	testdb.Exec(t, db.Pool, `UPDATE outbox.deliveries SET redeliveries = 500, attempts = 501 WHERE id = ANY($1)`, ids)
 	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = pass.Off }))
-	if res.Reset != 3 {
-		t.Errorf("Reset = %d, want 3", res.Reset)
-	}
-	if res.Dead != 0 {
-		t.Errorf("Dead = %d, want 0", res.Dead)
-	}
+	counts.Want(t, "", counts.Of("Reset", res.Reset, 3), counts.Of("Dead", res.Dead, 0))
 	if n := testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'pending' AND redeliveries = 501`); n != 3 {
 		t.Errorf("%d rows pending with 501 redeliveries, want 3", n)
 	}
@@ -246,15 +214,7 @@ func TestResetAndDeadInOneBatch(t *testing.T) {
 	ids := seedDelivered(t, db, 10, time.Hour)
 	testdb.Exec(t, db.Pool, `UPDATE outbox.deliveries SET redeliveries = 3, attempts = 4 WHERE id = ANY($1)`, ids[:4])
 	res := run(t, newSweeper(t, db.Pool, func(c *sweep.Config) { c.MaxRedeliveries = 3 }))
-	if res.Reset != 6 {
-		t.Errorf("Reset = %d, want 6", res.Reset)
-	}
-	if res.Dead != 4 {
-		t.Errorf("Dead = %d, want 4", res.Dead)
-	}
-	if res.Batches != 1 {
-		t.Errorf("Batches = %d, want 1", res.Batches)
-	}
+	counts.Want(t, "", counts.Of("Reset", res.Reset, 6), counts.Of("Dead", res.Dead, 4), counts.Of("Batches", res.Batches, 1))
 	if n := testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE id = ANY($1) AND state = 'dead'`, ids[:4]); n != 4 {
 		t.Errorf("%d of the rows at the limit are dead, want 4", n)
 	}
@@ -304,15 +264,7 @@ func TestWakeNotifiedOncePerPassWithStuckWork(t *testing.T) {
 	if !res.Woken {
 		t.Error("Woken = false, want true")
 	}
-	if res.Reset != 3 {
-		t.Errorf("Reset = %d, want 3", res.Reset)
-	}
-	if res.StuckPending != 1 {
-		t.Errorf("StuckPending = %d, want 1", res.StuckPending)
-	}
-	if res.Batches != 3 {
-		t.Errorf("Batches = %d, want 3", res.Batches)
-	}
+	counts.Want(t, "", counts.Of("Reset", res.Reset, 3), counts.Of("StuckPending", res.StuckPending, 1), counts.Of("Batches", res.Batches, 3))
 	n := next()
 	if n.Channel != channel {
 		t.Errorf("notification on %s, want %s", n.Channel, channel)
@@ -346,15 +298,11 @@ func TestStuckPendingCountedNotChanged(t *testing.T) {
 	}
 	testdb.Exec(t, db.Pool, `UPDATE outbox.deliveries SET created_at = now() - interval '1 hour' WHERE id = ANY($1)`, ids[:2])
 	res := run(t, newSweeper(t, db.Pool))
-	if res.StuckPending != 2 {
-		t.Errorf("StuckPending = %d, want 2", res.StuckPending)
-	}
-	if res.Open != 3 {
-		t.Errorf("Open = %d, want 3", res.Open)
-	}
-	if res.Reset != 0 {
-		t.Errorf("Reset = %d, want 0: pending rows are never changed", res.Reset)
-	}
+	counts.Want(t, "",
+		counts.Of("StuckPending", res.StuckPending, 2),
+		counts.Of("Open", res.Open, 3),
+		counts.Of("Reset", res.Reset, 0, "pending rows are never changed"),
+	)
 	if !res.Woken {
 		t.Error("Woken = false, want true (stuck pending rows)")
 	}

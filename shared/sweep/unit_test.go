@@ -1,12 +1,11 @@
 package sweep
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/setting"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/settingtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
@@ -22,12 +21,10 @@ func TestZeroConfigIsTheDefaults(t *testing.T) {
 
 func TestNewAcceptsTheDefaultsAndNeverDead(t *testing.T) {
 	t.Parallel()
-	if _, err := New(testdb.NopDB{}, Config{}, Options{}); err != nil {
-		t.Errorf("defaults refused: %v", err)
-	}
-	if _, err := New(testdb.NopDB{}, Config{MaxRedeliveries: pass.Off}, Options{}); err != nil {
-		t.Errorf("pass.Off (never dead) refused: %v", err)
-	}
+	settingtest.Accepts(t, testdb.NopDB{}, map[string]Config{
+		"the defaults":          {},
+		"pass.Off (never dead)": {MaxRedeliveries: pass.Off},
+	}, New, Options{})
 }
 
 func TestNewRefusesEachBadSettingByName(t *testing.T) {
@@ -39,21 +36,7 @@ func TestNewRefusesEachBadSettingByName(t *testing.T) {
 		"PassBudget":      {PassBudget: -1},
 		"Schema":          {Schema: "Robert'); DROP"},
 	}
-	for field, c := range bad {
-		t.Run(field, func(t *testing.T) {
-			_, err := New(testdb.NopDB{}, c, Options{})
-			var se *setting.Error
-			if !errors.As(err, &se) {
-				t.Fatalf("err = %v, want a *setting.Error", err)
-			}
-			if se.Field != field {
-				t.Errorf("the error names %s", se.Field)
-			}
-		})
-	}
-	if _, err := New(nil, Config{}, Options{}); err == nil {
-		t.Error("nil database accepted")
-	}
+	settingtest.Refuses(t, testdb.NopDB{}, bad, New, Options{})
 }
 
 func TestWakeOnAnyResetDeathOrStuckPendingRow(t *testing.T) {
