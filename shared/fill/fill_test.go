@@ -29,8 +29,7 @@ import (
 // A rolled-back writer's sequence is filled after the grace and not before.
 func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	gap := stallBehindRollback(t, db)
+	db, gap := stallBehindRollback(t)
 
 	clk := &clock{}
 	cfg := testConfig()
@@ -80,8 +79,7 @@ func TestRolledBackWriterFilledAfterGrace(t *testing.T) {
 // A grace that fits in the budget is waited out inside one pass.
 func TestGraceWaitedOutInsideThePass(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	gap := stallBehindRollback(t, db)
+	db, gap := stallBehindRollback(t)
 
 	cfg := testConfig()
 	cfg.Grace = 400 * time.Millisecond
@@ -100,8 +98,7 @@ func TestGraceWaitedOutInsideThePass(t *testing.T) {
 // event and writes no placeholder.
 func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
-	db := testdb.New(t)
-	w, late := stallBehindOpenWriter(t, db)
+	db, w, late := stallBehindOpenWriter(t)
 
 	cfg := testConfig()
 	cfg.Grace = 2 * time.Second
@@ -121,8 +118,7 @@ func TestLateCommitInsideGraceWritesNothing(t *testing.T) {
 // blocked_by names it; after it rolls back the gap is filled.
 func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
-	db := testdb.New(t)
-	w, gap := stallBehindOpenWriter(t, db)
+	db, w, gap := stallBehindOpenWriter(t)
 
 	cfg := testConfig()
 	cfg.PassBudget = time.Second
@@ -198,8 +194,7 @@ func TestOpenWriterBlocksThenRollsBack(t *testing.T) {
 // keeps the real event.
 func TestOpenWriterCommitsDuringProof(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
-	db := testdb.New(t)
-	w, seq := stallBehindOpenWriter(t, db)
+	db, w, seq := stallBehindOpenWriter(t)
 
 	cfg := testConfig()
 	cfg.Grace = pass.Off
@@ -251,8 +246,7 @@ func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 // starts the next cycle, with a fresh marker.
 func TestStallAboveMarkerHeadStartsNextCycle(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
-	db := testdb.New(t)
-	w, _ := stallBehindOpenWriter(t, db)
+	db, w, _ := stallBehindOpenWriter(t)
 
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = pass.Off, time.Second

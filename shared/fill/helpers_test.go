@@ -276,46 +276,47 @@ func startedDB(t testing.TB) *testdb.DB {
 	return db
 }
 
-// The stall scenes most tests start from: a started outbox (sequence 1,
+// The stall scenes most tests start from, each on a fresh database it
+// returns: a started outbox (sequence 1,
 // committed and passed over), a stall at sequence 2 and one committed event
 // at 3 above it, so the next pass sees a live stall at 2 (a grace applies)
 // with the head at 3. They differ in what became of sequence 2's writer.
 
 // stallBehindRollback: sequence 2's writer rolled back, so the gap is
 // abandoned and is filled once its grace has passed.
-func stallBehindRollback(t testing.TB, db *testdb.DB) (gap int64) {
+func stallBehindRollback(t testing.TB) (db *testdb.DB, gap int64) {
 	t.Helper()
-	started(t, db)
+	db = startedDB(t)
 	gap, _ = burn(t, db, 1)
 	commit(t, db, 1)
-	return gap
+	return db, gap
 }
 
 // stallBehindOpenWriter: sequence 2's writer has published it (the row is
 // inserted, uncommitted) and stays open, so no proof passes until it ends.
 // The caller commits or rolls it back.
-func stallBehindOpenWriter(t testing.TB, db *testdb.DB) (w *writer, held int64) {
+func stallBehindOpenWriter(t testing.TB) (db *testdb.DB, w *writer, held int64) {
 	t.Helper()
-	return stallBehindWriter(t, db, (*writer).publish)
+	return stallBehindWriter(t, (*writer).publish)
 }
 
 // stallBehindAllocatingWriter: sequence 2's writer has taken its xid and
 // the sequence but not inserted the row yet (between its nextval and its
 // insert, the §3.1 order), and stays open.
-func stallBehindAllocatingWriter(t testing.TB, db *testdb.DB) (w *writer, held int64) {
+func stallBehindAllocatingWriter(t testing.TB) (db *testdb.DB, w *writer, held int64) {
 	t.Helper()
-	return stallBehindWriter(t, db, (*writer).allocate)
+	return stallBehindWriter(t, (*writer).allocate)
 }
 
 // stallBehindWriter is the scene with sequence 2's writer open after
 // step (what it did with its sequence, which step returns).
-func stallBehindWriter(t testing.TB, db *testdb.DB, step func(*writer) int64) (w *writer, held int64) {
+func stallBehindWriter(t testing.TB, step func(*writer) int64) (db *testdb.DB, w *writer, held int64) {
 	t.Helper()
-	started(t, db)
+	db = startedDB(t)
 	w = openWriter(t, db)
 	held = step(w)
 	commit(t, db, 1)
-	return w, held
+	return db, w, held
 }
 
 // wantStalledAt checks that the pass reports the stall at gap; what

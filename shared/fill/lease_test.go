@@ -119,8 +119,7 @@ func TestExpiredLeaseIsTaken(t *testing.T) {
 // and the grace still counts from the first pass that saw the stall.
 func TestCancelledMidPassNextContinues(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	gap := stallBehindRollback(t, db)
+	db, gap := stallBehindRollback(t)
 
 	cfg := testConfig()
 	cfg.Grace = 2 * time.Second

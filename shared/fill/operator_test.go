@@ -28,8 +28,7 @@ func skipTo(t *testing.T, db *testdb.DB, to int64) store.Skip {
 
 func TestWatermarkPassesOperatorPlaceholders(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	gap := stallBehindRollback(t, db)
+	db, gap := stallBehindRollback(t)
 	skip := skipTo(t, db, gap+1)
 
 	res := runPass(t, newService(t, db.Pool, testConfig(), Options{}))

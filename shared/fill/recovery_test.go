@@ -103,8 +103,7 @@ func TestLockedEventsEndThePassOnItsBudget(t *testing.T) {
 // polls the proof: the same invocation dials afresh, keeps its marker and
 // fills the gap once the writer is gone.
 func TestConnectionKilledMidProofSameInvocationRecovers(t *testing.T) {
-	db := testdb.New(t)
-	w, gapSeq := stallBehindOpenWriter(t, db)
+	db, w, gapSeq := stallBehindOpenWriter(t)
 
 	app := "okt-fill-kill-" + db.Name
 	cfg := testConfig()

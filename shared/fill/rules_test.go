@@ -88,8 +88,7 @@ func TestLargeHealthyTableFewStatements(t *testing.T) {
 // open writer, whose insert would then fail.
 func TestRuleMarkerAfterHead(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
-	db := testdb.New(t)
-	gap := stallBehindRollback(t, db)
+	db, gap := stallBehindRollback(t)
 
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = pass.Off, time.Second
@@ -134,8 +133,7 @@ func TestRuleMarkerAfterHead(t *testing.T) {
 // (pg_current_xact_id) comes strictly after, and apart from, the head read.
 func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	stallBehindRollback(t, db)
+	db, _ := stallBehindRollback(t)
 	rec := &recorder{Q: db.Pool}
 	cfg := testConfig()
 	cfg.Grace = pass.Off
@@ -169,8 +167,7 @@ func TestRuleMarkerStatementAfterHeadStatement(t *testing.T) {
 // never filled, however long the pass waits.
 func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
-	db := testdb.New(t)
-	w, held := stallBehindAllocatingWriter(t, db)
+	db, w, held := stallBehindAllocatingWriter(t)
 
 	cfg := testConfig()
 	cfg.Grace, cfg.PassBudget = pass.Off, 1500*time.Millisecond
@@ -194,9 +191,8 @@ func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
 // it.
 func TestRuleNeverOverwriteNeverAboveHead(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	stallBehindRollback(t, db) // 1, gap 2, 3
-	burn(t, db, 2)             // 4, 5: the tail
+	db, _ := stallBehindRollback(t) // 1, gap 2, 3
+	burn(t, db, 2)                  // 4, 5: the tail
 	before := rows(t, db)
 
 	cfg := testConfig()

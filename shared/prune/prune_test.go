@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
@@ -34,6 +35,12 @@ func newPruner(t testing.TB, db pass.DB, cfg prune.Config) *prune.Service {
 func run(t testing.TB, s *prune.Service) *prune.Result {
 	t.Helper()
 	return passtest.Run(t, context.Background(), s)
+}
+
+// pruneState is one counter of prune_state, by its column.
+func pruneState(t testing.TB, db *testdb.DB, column string) int64 {
+	t.Helper()
+	return testdb.Scalar[int64](t, db.Pool, `SELECT `+column+` FROM outbox.prune_state`)
 }
 
 // seedAckedOld inserts n rows of the shape "acked-old": acked two days
@@ -159,12 +166,10 @@ func TestSecondPruneDeletesNothing(t *testing.T) {
 	if second := run(t, s); second.DeletedDeliveries != 0 {
 		t.Errorf("second pass deleted %d, want 0", second.DeletedDeliveries)
 	}
-	if passes := testdb.Scalar[int64](t, db.Pool, `SELECT passes FROM outbox.prune_state`); passes != 2 {
-		t.Errorf("prune_state.passes = %d, want 2", passes)
-	}
-	if total := testdb.Scalar[int64](t, db.Pool, `SELECT deleted_deliveries_total FROM outbox.prune_state`); total != 12 {
-		t.Errorf("prune_state.deleted_deliveries_total = %d, want 12", total)
-	}
+	counts.Want(t, "prune_state",
+		counts.Of("passes", pruneState(t, db, "passes"), 2),
+		counts.Of("deleted_deliveries_total", pruneState(t, db, "deleted_deliveries_total"), 12),
+	)
 }
 
 // The pass stops at the first row too young to be past any retention and
@@ -439,7 +444,7 @@ func TestACancelledPruneIsStillRecorded(t *testing.T) {
 	if _, err := newPruner(t, db.Pool, templateConfig()).RunOnce(ctx, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("RunOnce on a cancelled context: %v, want context.Canceled", err)
 	}
-	if passes := testdb.Scalar[int64](t, db.Pool, `SELECT passes FROM outbox.prune_state`); passes != 1 {
+	if passes := pruneState(t, db, "passes"); passes != 1 {
 		t.Errorf("prune_state.passes = %d after a cancelled pass, want it recorded", passes)
 	}
 }
