@@ -50,6 +50,24 @@ func bareInsert(b *testing.B, db *testdb.DB, first, top, k int64) time.Duration 
 	})
 }
 
+// fillArm is the fill as an arm: one bounded pass with the template's
+// settings over a burst of n sequences, every k-th missing, on a fresh
+// started database. It fails b unless the pass filled them all up to the
+// head, gives each the result, and returns the pass's writes after the
+// proof.
+func fillArm(b *testing.B, n, k int64, each func(*Result)) benchkit.Arm {
+	return benchkit.Arm{Name: "fill", Run: func() time.Duration {
+		db := startedDB(b)
+		_, top := burst(b, db, n, k)
+		res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
+		if res.Filled != n/k || res.Watermark != top {
+			b.Fatalf("fill: Filled = %d, Watermark = %d, want %d and %d; %v", res.Filled, res.Watermark, n/k, top, res)
+		}
+		each(res)
+		return fillTime(res)
+	}}
+}
+
 // limitArm is the database's limit as an arm: bareInsert of the
 // placeholders a burst of n (every k-th missing) leaves, on a fresh
 // started database.
@@ -83,16 +101,7 @@ func BenchmarkFillBurst(b *testing.B) {
 	n := benchkit.Size[int64](10_000, 2_000)
 	var cycles []float64
 	samples := benchkit.Repeat(b,
-		benchkit.Arm{Name: "fill", Run: func() time.Duration {
-			db := startedDB(b)
-			_, top := burst(b, db, n, 1)
-			res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
-			if res.Filled != n || res.Watermark != top {
-				b.Fatalf("fill: Filled = %d, Watermark = %d, want %d and %d; %v", res.Filled, res.Watermark, n, top, res)
-			}
-			cycles = append(cycles, float64(res.Cycles))
-			return fillTime(res)
-		}},
+		fillArm(b, n, 1, func(res *Result) { cycles = append(cycles, float64(res.Cycles)) }),
 		benchkit.Arm{Name: "loop", Run: func() time.Duration {
 			db := startedDB(b)
 			first, top := burst(b, db, n, 1)
@@ -121,18 +130,11 @@ func BenchmarkFillScatteredGaps(b *testing.B) {
 	n := benchkit.Size[int64](100_000, 10_000)
 	var overGraceS, cycles []float64
 	samples := benchkit.Repeat(b,
-		benchkit.Arm{Name: "fill", Run: func() time.Duration {
-			db := startedDB(b)
-			_, top := burst(b, db, n, 10)
-			res := runPass(b, newService(b, db.Pool, templateConfig(true), Options{}))
-			if res.Watermark != top || res.Filled != n/10 {
-				b.Fatalf("fill: Watermark = %d, Filled = %d, want %d and %d; %v", res.Watermark, res.Filled, top, n/10, res)
-			}
+		fillArm(b, n, 10, func(res *Result) {
 			took := time.Duration(res.DurationMS) * time.Millisecond
 			overGraceS = append(overGraceS, (took - DefaultGrace).Seconds())
 			cycles = append(cycles, float64(res.Cycles))
-			return fillTime(res)
-		}},
+		}),
 		limitArm(b, n, 10),
 	)
 	fill, limit := samples.Median("fill"), samples.Median("limit")
