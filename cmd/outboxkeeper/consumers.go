@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -300,19 +301,31 @@ func printConsumerChanges(w io.Writer, cs []store.ConsumerChange) error {
 	return indent(w, []string{"ID", "AT", "WHO", "ACTION", "CONSUMER", "FROM", "TO", "REASON"}, rows)
 }
 
-// explainConsumerError adds what to do to the database's refusal.
+// explainConsumerError adds what to do to the database's refusal; a
+// consumer that is not there (P0002) is the operator's mistake, said
+// plainly.
 func explainConsumerError(err error, schema string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "P0002" {
+		return refusef("%s", pgErr.Message)
+	}
+	return explainOperatorError(err, schema, "manage consumers", "no consumer functions yet", "42883", "42P01")
+}
+
+// explainOperatorError adds what to do to the database's refusal of an
+// operator's action: a login without the operator role (42501) is told how
+// to get one, a schema without the action's objects (missingCodes) to
+// migrate, and any other refusal gets the database's hint.
+func explainOperatorError(err error, schema, action, missing string, missingCodes ...string) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
 	}
-	switch pgErr.Code {
-	case "42501":
-		return fmt.Errorf("%w\nthis login may not manage consumers: use the schema's owner, or a role set up with SELECT %s.grant_operator('<role>')", err, schema)
-	case "42883", "42P01":
-		return fmt.Errorf("%w\nthe schema has no consumer functions yet: apply the migrations ('outboxkeeper migrate up')", err)
-	case "P0002":
-		return refusef("%s", pgErr.Message)
+	switch {
+	case pgErr.Code == "42501":
+		return fmt.Errorf("%w\nthis login may not %s: use the schema's owner, or a role set up with SELECT %s.grant_operator('<role>')", err, action, schema)
+	case slices.Contains(missingCodes, pgErr.Code):
+		return fmt.Errorf("%w\nthe schema has %s: apply the migrations ('outboxkeeper migrate up')", err, missing)
 	}
 	if pgErr.Hint != "" {
 		return fmt.Errorf("%w\n%s", err, pgErr.Hint)

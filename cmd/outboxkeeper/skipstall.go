@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
@@ -211,18 +208,5 @@ func defaultOperator(e *env) string {
 
 // explainSkipError adds what to do to the database's refusal.
 func explainSkipError(err error, schema string) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return err
-	}
-	switch pgErr.Code {
-	case "42501":
-		return fmt.Errorf("%w\nthis login may not skip a stall: use the schema's owner, or a role set up with SELECT %s.grant_operator('<role>')", err, schema)
-	case "42883":
-		return fmt.Errorf("%w\nthe schema has no skip_stall: apply the migrations ('outboxkeeper migrate up')", err)
-	}
-	if pgErr.Hint != "" {
-		return fmt.Errorf("%w\n%s", err, pgErr.Hint)
-	}
-	return err
+	return explainOperatorError(err, schema, "skip a stall", "no skip_stall", "42883")
 }
