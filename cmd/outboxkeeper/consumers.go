@@ -101,19 +101,15 @@ Exit status 3 when a consumer has held retention back longer than --held-after
 
 type consumerChangeFlags struct {
 	dbFlags
-	name     string
-	to       int64
-	reason   string
-	operator string
-	yes      bool
+	recordFlags
+	name string
+	to   int64
 }
 
 func addConsumerChangeFlags(fs *flag.FlagSet, f *consumerChangeFlags) {
 	addDBFlags(fs, &f.dbFlags)
 	fs.StringVar(&f.name, "consumer", "", "the consumer's name (required)")
-	fs.StringVar(&f.reason, "reason", "", "why, for the record (required)")
-	fs.StringVar(&f.operator, "operator", "", "who, for the record (default: $USER@host; required when $USER is not set)")
-	fs.BoolVar(&f.yes, "yes", false, "do it (without: show what it would do, and refuse)")
+	addRecordFlags(fs, &f.recordFlags)
 }
 
 var consumersRewind = &command{
@@ -160,17 +156,11 @@ consumer commits a position again it is registered anew from there.
 }
 
 func runConsumerChange(ctx context.Context, e *env, f *consumerChangeFlags, action string) error {
-	f.name, f.reason, f.operator = strings.TrimSpace(f.name), strings.TrimSpace(f.reason), strings.TrimSpace(f.operator)
-	switch {
-	case f.name == "":
+	if f.name = strings.TrimSpace(f.name); f.name == "" {
 		return usagef("--consumer: the consumer's name is required")
-	case f.reason == "":
-		return usagef("--reason: why, for the record, is required")
 	}
-	if f.operator == "" {
-		if f.operator = defaultOperator(e); f.operator == "" {
-			return usagef("--operator: who, for the record, is required when $USER is not set")
-		}
+	if err := f.checkRecord(e); err != nil {
+		return err
 	}
 	s, err := openConsumers(ctx, e, &f.dbFlags)
 	if err != nil {

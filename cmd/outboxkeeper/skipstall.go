@@ -15,10 +15,8 @@ import (
 
 type skipFlags struct {
 	dbFlags
-	to       int64
-	reason   string
-	operator string
-	yes      bool
+	recordFlags
+	to int64
 }
 
 var skipStallCommand = &command{
@@ -58,9 +56,7 @@ never the functions' maintainer role, which only writes what it proved.
 		f := &skipFlags{}
 		addDBFlags(fs, &f.dbFlags)
 		fs.Int64Var(&f.to, "to", 0, "skip up to and including this sequence (at most the allocation head)")
-		fs.StringVar(&f.reason, "reason", "", "why, for the record (required)")
-		fs.StringVar(&f.operator, "operator", "", "who, for the record (default: $USER@host; required when $USER is not set)")
-		fs.BoolVar(&f.yes, "yes", false, "do it (without: show what it would do, and refuse)")
+		addRecordFlags(fs, &f.recordFlags)
 		return f
 	},
 	run: runSkipStall,
@@ -130,11 +126,30 @@ func runSkipStall(ctx context.Context, e *env, opts any) error {
 
 // check trims and checks the flags, defaulting the operator to $USER.
 func (f *skipFlags) check(e *env) error {
-	f.reason, f.operator = strings.TrimSpace(f.reason), strings.TrimSpace(f.operator)
-	switch {
-	case f.to < 1:
+	if f.to < 1 {
 		return usagef("--to: the sequence to skip up to (a positive number) is required")
-	case f.reason == "":
+	}
+	return f.checkRecord(e)
+}
+
+// recordFlags are an operator action's flags for the record (why and
+// who) and --yes, without which it only shows what it would do.
+type recordFlags struct {
+	reason, operator string
+	yes              bool
+}
+
+func addRecordFlags(fs *flag.FlagSet, f *recordFlags) {
+	fs.StringVar(&f.reason, "reason", "", "why, for the record (required)")
+	fs.StringVar(&f.operator, "operator", "", "who, for the record (default: $USER@host; required when $USER is not set)")
+	fs.BoolVar(&f.yes, "yes", false, "do it (without: show what it would do, and refuse)")
+}
+
+// checkRecord trims the flags for the record and requires a reason,
+// defaulting the operator to $USER@host.
+func (f *recordFlags) checkRecord(e *env) error {
+	f.reason, f.operator = strings.TrimSpace(f.reason), strings.TrimSpace(f.operator)
+	if f.reason == "" {
 		return usagef("--reason: why, for the record, is required")
 	}
 	if f.operator == "" {
