@@ -5,38 +5,16 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/outboxkeeper/outboxkeeper/infra/local"
 )
 
-// Demo is the part of the demo's summary (infra/cmd/demo, DEMO_SUMMARY)
-// rows 11 and 14 read.
-type Demo struct {
-	OK          bool    `json:"ok"`
-	Schedule    string  `json:"schedule"`
-	DurationS   float64 `json:"duration_s"`
-	HoldS       float64 `json:"hold_s"`
-	Publishers  int     `json:"publishers"`
-	GraceS      float64 `json:"grace_s"`
-	TickS       float64 `json:"tick_s"`
-	Committed   int     `json:"committed"`
-	RolledBack  int     `json:"rolled_back"`
-	Placeholder struct {
-		Reported   Latency `json:"reported"`
-		Unreported Latency `json:"unreported"`
-	} `json:"rollback_to_placeholder"`
-	Consumer struct {
-		Reported   Latency `json:"reported"`
-		Unreported Latency `json:"unreported"`
-	} `json:"rollback_to_consumer"`
-	Invocations map[string]int `json:"invocations"`
-}
-
-// Latency is one group of the demo's latencies, in seconds.
-type Latency struct {
-	N    int     `json:"n"`
-	P50  float64 `json:"p50_s"`
-	P99  float64 `json:"p99_s"`
-	MaxS float64 `json:"max_s"`
-}
+// Demo is the demo's summary (infra/cmd/demo, DEMO_SUMMARY) rows 11 and
+// 19 read; Latency one group of its latencies.
+type (
+	Demo    = local.DemoSummary
+	Latency = local.Latency
+)
 
 // Row is one line of the table: what is measured, against what, the
 // target, and how to judge a run.
