@@ -55,8 +55,8 @@ func relayed(t *testing.T, r response, s seeded) {
 	if r.Skipped != 2 {
 		t.Errorf("skipped %d, want 2 (the placeholder and billing.paid)", r.Skipped)
 	}
-	if r.waiting() != "" || r.Error != "" {
-		t.Errorf("waiting %q error %q, want neither", r.waiting(), r.Error)
+	if r.WaitingFor() != "" || r.Error != "" {
+		t.Errorf("waiting %q error %q, want neither", r.WaitingFor(), r.Error)
 	}
 }
 
