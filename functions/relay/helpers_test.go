@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -61,9 +62,7 @@ func relayFn(t *testing.T, db *testdb.DB, env map[string]string) *lambdatest.Fun
 		"RELAY_TICK":                   "50ms",
 		"STACK_NAME":                   "relay-test",
 	}
-	for k, v := range env {
-		vars[k] = v
-	}
+	maps.Copy(vars, env)
 	return lambdatest.Start(t, lambdatest.Build(t, "relay"), vars)
 }
 

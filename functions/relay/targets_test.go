@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -65,9 +66,7 @@ func relayed(t *testing.T, r response, s seeded) {
 func relayOrders(t *testing.T, db *testdb.DB, s seeded, target string, env map[string]string) {
 	t.Helper()
 	vars := map[string]string{"RELAY_TARGET": target, "RELAY_TOPICS": "orders.*"}
-	for k, v := range env {
-		vars[k] = v
-	}
+	maps.Copy(vars, env)
 	relayed(t, invoke(t, relayFn(t, db, vars)), s)
 }
 

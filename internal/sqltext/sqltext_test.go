@@ -58,13 +58,11 @@ func TestStatementIsRenderedForEachSchemaAndKept(t *testing.T) {
 	var wg sync.WaitGroup
 	got := make([][]string, 8)
 	for g := range got {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for _, s := range schemas {
 				got[g] = append(got[g], f.Statement("head", s))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for g := range got {
