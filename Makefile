@@ -19,21 +19,13 @@ NEED := bash infra/stack/need.sh
 STACK_ENV := .local/stack.env
 WITH_STACK = set -a; source $(STACK_ENV); set +a;
 
-.PHONY: build-FillFunction build-SweepFunction build-CompensateFunction build-PruneFunction build-RelayFunction build-DeliverFunction build-MigrateFunction
-build-FillFunction:
-	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/fill
-build-SweepFunction:
-	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/sweep
-build-CompensateFunction:
-	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/compensate
-build-PruneFunction:
-	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/prune
-build-RelayFunction:
-	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/relay
-build-DeliverFunction:
-	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/deliver
-build-MigrateFunction:
-	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/migrate
+# sam build runs build-<LogicalId> for each function; its package is the
+# id without "Function", in lower case (FillFunction: ./functions/fill).
+FUNCTIONS := Fill Sweep Compensate Prune Relay Deliver Migrate
+BUILD_TARGETS := $(FUNCTIONS:%=build-%Function)
+.PHONY: $(BUILD_TARGETS)
+$(BUILD_TARGETS): build-%Function:
+	$(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(shell printf %s '$*' | tr A-Z a-z)
 
 # The README's first command: sets everything up from a fresh clone, runs
 # the bounded demo (DEMO_DURATION, default 60s) and prints the verdict.

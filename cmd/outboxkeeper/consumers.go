@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -100,19 +101,15 @@ Exit status 3 when a consumer has held retention back longer than --held-after
 
 type consumerChangeFlags struct {
 	dbFlags
-	name     string
-	to       int64
-	reason   string
-	operator string
-	yes      bool
+	recordFlags
+	name string
+	to   int64
 }
 
 func addConsumerChangeFlags(fs *flag.FlagSet, f *consumerChangeFlags) {
 	addDBFlags(fs, &f.dbFlags)
 	fs.StringVar(&f.name, "consumer", "", "the consumer's name (required)")
-	fs.StringVar(&f.reason, "reason", "", "why, for the record (required)")
-	fs.StringVar(&f.operator, "operator", "", "who, for the record (default: $USER@host; required when $USER is not set)")
-	fs.BoolVar(&f.yes, "yes", false, "do it (without: show what it would do, and refuse)")
+	addRecordFlags(fs, &f.recordFlags)
 }
 
 var consumersRewind = &command{
@@ -159,17 +156,11 @@ consumer commits a position again it is registered anew from there.
 }
 
 func runConsumerChange(ctx context.Context, e *env, f *consumerChangeFlags, action string) error {
-	f.name, f.reason, f.operator = strings.TrimSpace(f.name), strings.TrimSpace(f.reason), strings.TrimSpace(f.operator)
-	switch {
-	case f.name == "":
+	if f.name = strings.TrimSpace(f.name); f.name == "" {
 		return usagef("--consumer: the consumer's name is required")
-	case f.reason == "":
-		return usagef("--reason: why, for the record, is required")
 	}
-	if f.operator == "" {
-		if f.operator = defaultOperator(e); f.operator == "" {
-			return usagef("--operator: who, for the record, is required when $USER is not set")
-		}
+	if err := f.checkRecord(e); err != nil {
+		return err
 	}
 	s, err := openConsumers(ctx, e, &f.dbFlags)
 	if err != nil {
@@ -300,19 +291,31 @@ func printConsumerChanges(w io.Writer, cs []store.ConsumerChange) error {
 	return indent(w, []string{"ID", "AT", "WHO", "ACTION", "CONSUMER", "FROM", "TO", "REASON"}, rows)
 }
 
-// explainConsumerError adds what to do to the database's refusal.
+// explainConsumerError adds what to do to the database's refusal; a
+// consumer that is not there (P0002) is the operator's mistake, said
+// plainly.
 func explainConsumerError(err error, schema string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "P0002" {
+		return refusef("%s", pgErr.Message)
+	}
+	return explainOperatorError(err, schema, "manage consumers", "no consumer functions yet", "42883", "42P01")
+}
+
+// explainOperatorError adds what to do to the database's refusal of an
+// operator's action: a login without the operator role (42501) is told how
+// to get one, a schema without the action's objects (missingCodes) to
+// migrate, and any other refusal gets the database's hint.
+func explainOperatorError(err error, schema, action, missing string, missingCodes ...string) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
 	}
-	switch pgErr.Code {
-	case "42501":
-		return fmt.Errorf("%w\nthis login may not manage consumers: use the schema's owner, or a role set up with SELECT %s.grant_operator('<role>')", err, schema)
-	case "42883", "42P01":
-		return fmt.Errorf("%w\nthe schema has no consumer functions yet: apply the migrations ('outboxkeeper migrate up')", err)
-	case "P0002":
-		return refusef("%s", pgErr.Message)
+	switch {
+	case pgErr.Code == "42501":
+		return fmt.Errorf("%w\nthis login may not %s: use the schema's owner, or a role set up with SELECT %s.grant_operator('<role>')", err, action, schema)
+	case slices.Contains(missingCodes, pgErr.Code):
+		return fmt.Errorf("%w\nthe schema has %s: apply the migrations ('outboxkeeper migrate up')", err, missing)
 	}
 	if pgErr.Hint != "" {
 		return fmt.Errorf("%w\n%s", err, pgErr.Hint)

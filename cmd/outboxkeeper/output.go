@@ -117,6 +117,20 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// tableOf writes rows under header, aligned, each row's cells by line; or,
+// when there are none, the line none alone.
+func tableOf[T any](w io.Writer, rows []T, none string, header []string, line func(T) []string) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, none)
+		return err
+	}
+	out := make([][]string, len(rows))
+	for i, r := range rows {
+		out[i] = line(r)
+	}
+	return table(w, header, out)
+}
+
 // table writes rows under a header, aligned.
 func table(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -102,15 +102,10 @@ var recipientsList = &command{
 			if f.json {
 				return printJSON(e.stdout, listed(rows))
 			}
-			if len(rows) == 0 {
-				_, err := fmt.Fprintln(e.stdout, "no recipients")
-				return err
-			}
-			var out [][]string
-			for _, r := range rows {
-				out = append(out, []string{r.Name, r.Target, strconv.FormatBool(r.Enabled), stamp(&r.UpdatedAt), r.Note})
-			}
-			return table(e.stdout, []string{"NAME", "TARGET", "ENABLED", "UPDATED", "NOTE"}, out)
+			return tableOf(e.stdout, rows, "no recipients", []string{"NAME", "TARGET", "ENABLED", "UPDATED", "NOTE"},
+				func(r recipients.Recipient) []string {
+					return []string{r.Name, r.Target, strconv.FormatBool(r.Enabled), stamp(&r.UpdatedAt), r.Note}
+				})
 		})
 	},
 }

@@ -62,17 +62,13 @@ a missing permission).`,
 					return err
 				}
 			} else {
-				if len(st) == 0 {
-					fmt.Fprintln(e.stdout, "no relay has run on this schema")
-				} else {
-					var rows [][]string
-					for _, s := range st {
-						rows = append(rows, []string{s.Relay, optInt(s.Position), strconv.FormatInt(s.Head, 10), optInt(s.Lag),
-							stamp(s.LastCommit), strconv.FormatInt(s.Parked, 10), strconv.FormatInt(s.Failing, 10), strconv.FormatInt(s.Resend, 10)})
-					}
-					if err := table(e.stdout, []string{"RELAY", "POSITION", "HEAD", "LAG", "LAST COMMIT", "PARKED", "FAILING", "RESEND"}, rows); err != nil {
-						return err
-					}
+				if err := tableOf(e.stdout, st, "no relay has run on this schema",
+					[]string{"RELAY", "POSITION", "HEAD", "LAG", "LAST COMMIT", "PARKED", "FAILING", "RESEND"},
+					func(s parked.Status) []string {
+						return []string{s.Relay, optInt(s.Position), strconv.FormatInt(s.Head, 10), optInt(s.Lag),
+							stamp(s.LastCommit), strconv.FormatInt(s.Parked, 10), strconv.FormatInt(s.Failing, 10), strconv.FormatInt(s.Resend, 10)}
+					}); err != nil {
+					return err
 				}
 				for _, f := range findings {
 					fmt.Fprintln(e.stdout, "attention: "+f)
@@ -159,16 +155,12 @@ tries (STATE failing: not parked yet, or never with RELAY_MAX_ATTEMPTS=0).`,
 }
 
 func printParked(e *env, rows []parked.Parked, limit int) error {
-	if len(rows) == 0 {
-		_, err := fmt.Fprintln(e.stdout, "no parked events")
-		return err
-	}
-	var out [][]string
-	for _, p := range rows {
-		out = append(out, []string{p.Relay, strconv.FormatInt(p.Sequence, 10), p.Topic, p.State(), strconv.Itoa(p.Attempts),
-			stamp(&p.FirstFailedAt), stamp(p.ParkedAt), p.Error})
-	}
-	if err := table(e.stdout, []string{"RELAY", "SEQUENCE", "TOPIC", "STATE", "ATTEMPTS", "FIRST REFUSED", "PARKED", "ERROR"}, out); err != nil {
+	if err := tableOf(e.stdout, rows, "no parked events",
+		[]string{"RELAY", "SEQUENCE", "TOPIC", "STATE", "ATTEMPTS", "FIRST REFUSED", "PARKED", "ERROR"},
+		func(p parked.Parked) []string {
+			return []string{p.Relay, strconv.FormatInt(p.Sequence, 10), p.Topic, p.State(), strconv.Itoa(p.Attempts),
+				stamp(&p.FirstFailedAt), stamp(p.ParkedAt), p.Error}
+		}); err != nil || len(rows) == 0 {
 		return err
 	}
 	if len(rows) == limit {

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
@@ -18,10 +15,8 @@ import (
 
 type skipFlags struct {
 	dbFlags
-	to       int64
-	reason   string
-	operator string
-	yes      bool
+	recordFlags
+	to int64
 }
 
 var skipStallCommand = &command{
@@ -61,9 +56,7 @@ never the functions' maintainer role, which only writes what it proved.
 		f := &skipFlags{}
 		addDBFlags(fs, &f.dbFlags)
 		fs.Int64Var(&f.to, "to", 0, "skip up to and including this sequence (at most the allocation head)")
-		fs.StringVar(&f.reason, "reason", "", "why, for the record (required)")
-		fs.StringVar(&f.operator, "operator", "", "who, for the record (default: $USER@host; required when $USER is not set)")
-		fs.BoolVar(&f.yes, "yes", false, "do it (without: show what it would do, and refuse)")
+		addRecordFlags(fs, &f.recordFlags)
 		return f
 	},
 	run: runSkipStall,
@@ -133,11 +126,30 @@ func runSkipStall(ctx context.Context, e *env, opts any) error {
 
 // check trims and checks the flags, defaulting the operator to $USER.
 func (f *skipFlags) check(e *env) error {
-	f.reason, f.operator = strings.TrimSpace(f.reason), strings.TrimSpace(f.operator)
-	switch {
-	case f.to < 1:
+	if f.to < 1 {
 		return usagef("--to: the sequence to skip up to (a positive number) is required")
-	case f.reason == "":
+	}
+	return f.checkRecord(e)
+}
+
+// recordFlags are an operator action's flags for the record (why and
+// who) and --yes, without which it only shows what it would do.
+type recordFlags struct {
+	reason, operator string
+	yes              bool
+}
+
+func addRecordFlags(fs *flag.FlagSet, f *recordFlags) {
+	fs.StringVar(&f.reason, "reason", "", "why, for the record (required)")
+	fs.StringVar(&f.operator, "operator", "", "who, for the record (default: $USER@host; required when $USER is not set)")
+	fs.BoolVar(&f.yes, "yes", false, "do it (without: show what it would do, and refuse)")
+}
+
+// checkRecord trims the flags for the record and requires a reason,
+// defaulting the operator to $USER@host.
+func (f *recordFlags) checkRecord(e *env) error {
+	f.reason, f.operator = strings.TrimSpace(f.reason), strings.TrimSpace(f.operator)
+	if f.reason == "" {
 		return usagef("--reason: why, for the record, is required")
 	}
 	if f.operator == "" {
@@ -211,18 +223,5 @@ func defaultOperator(e *env) string {
 
 // explainSkipError adds what to do to the database's refusal.
 func explainSkipError(err error, schema string) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return err
-	}
-	switch pgErr.Code {
-	case "42501":
-		return fmt.Errorf("%w\nthis login may not skip a stall: use the schema's owner, or a role set up with SELECT %s.grant_operator('<role>')", err, schema)
-	case "42883":
-		return fmt.Errorf("%w\nthe schema has no skip_stall: apply the migrations ('outboxkeeper migrate up')", err)
-	}
-	if pgErr.Hint != "" {
-		return fmt.Errorf("%w\n%s", err, pgErr.Hint)
-	}
-	return err
+	return explainOperatorError(err, schema, "skip a stall", "no skip_stall", "42883")
 }

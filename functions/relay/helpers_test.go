@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testenv"
+	"github.com/outboxkeeper/outboxkeeper/shared/relay"
 )
 
 // schedule is what EventBridge Scheduler hands the function.
@@ -60,43 +62,18 @@ func relayFn(t *testing.T, db *testdb.DB, env map[string]string) *lambdatest.Fun
 		"RELAY_TICK":                   "50ms",
 		"STACK_NAME":                   "relay-test",
 	}
-	for k, v := range env {
-		vars[k] = v
-	}
+	maps.Copy(vars, env)
 	return lambdatest.Start(t, lambdatest.Build(t, "relay"), vars)
 }
 
-// response is the fields of a relay pass's answer the tests read.
-type response struct {
-	Relay       string  `json:"relay"`
-	Position    int64   `json:"position"`
-	Head        int64   `json:"head"`
-	Lag         int64   `json:"lag"`
-	Sent        int64   `json:"sent"`
-	Skipped     int64   `json:"skipped"`
-	Refused     int64   `json:"refused"`
-	Parked      int64   `json:"parked"`
-	Transient   int64   `json:"transient"`
-	Resent      int64   `json:"resent"`
-	Batches     int     `json:"batches"`
-	Waiting     *string `json:"waiting"`
-	StoppedAt   *int64  `json:"stopped_at"`
-	LastError   string  `json:"last_error"`
-	LeaseWaitMS int64   `json:"lease_wait_ms"`
-	HandedOver  bool    `json:"handed_over"`
-	TakenBack   int     `json:"taken_back"`
-	Statements  int64   `json:"statements"`
-	DurationMS  int64   `json:"duration_ms"`
-	TimedOut    string  `json:"timed_out"`
-	Error       string  `json:"error"`
-}
+// response is a relay pass's answer, decoded into the Result the pass
+// builds it from; invoke checks the wire names the tests read are there.
+type response = relay.Result
 
-func (r response) waiting() string {
-	if r.Waiting == nil {
-		return ""
-	}
-	return *r.Waiting
-}
+// answerKeys are the answer's fields the tests read, by their wire names
+// (the omitempty ones, last_error, timed_out and error, only when set).
+var answerKeys = []string{"relay", "position", "head", "lag", "sent", "skipped", "refused", "parked", "transient", "resent",
+	"batches", "waiting", "stopped_at", "lease_wait_ms", "handed_over", "taken_back", "statements", "duration_ms"}
 
 // invoke runs one pass as the schedule does and reads its answer.
 func invoke(t *testing.T, fn *lambdatest.Function) response {
@@ -107,9 +84,10 @@ func invoke(t *testing.T, fn *lambdatest.Function) response {
 	if err != nil {
 		t.Fatalf("invoke: %v\n%s\nlogs:\n%s", err, out, fn.Logs())
 	}
+	lambdatest.Response(t, out, answerKeys...)
 	var r response
 	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("the answer is not JSON: %s", out)
+		t.Fatalf("the answer is not a relay Result: %v: %s", err, out)
 	}
 	t.Logf("relay pass: %s", out)
 	return r

@@ -36,8 +36,8 @@ func TestRefusedEventIsParkedAndTheStreamGoesOnInOrder(t *testing.T) {
 	if first.Position != a1[0] {
 		t.Errorf("first pass: position %d, want %d (before the refused %d)", first.Position, a1[0], bad)
 	}
-	if first.waiting() != "event" || first.StoppedAt == nil || *first.StoppedAt != bad {
-		t.Errorf("first pass: waiting %q stopped_at %v, want event at %d", first.waiting(), first.StoppedAt, bad)
+	if first.WaitingFor() != "event" || first.StoppedAt == nil || *first.StoppedAt != bad {
+		t.Errorf("first pass: waiting %q stopped_at %v, want event at %d", first.WaitingFor(), first.StoppedAt, bad)
 	}
 	if !strings.Contains(first.LastError, "InvalidMessageContents") {
 		t.Errorf("last_error %q, want the target's InvalidMessageContents", first.LastError)
@@ -52,8 +52,8 @@ func TestRefusedEventIsParkedAndTheStreamGoesOnInOrder(t *testing.T) {
 	// The next pass counts on from there and parks it.
 	fn2 := relayFn(t, db, map[string]string{"RELAY_TARGET": url, "RELAY_MAX_ATTEMPTS": "3", "RELAY_TICK": "100ms"})
 	second := invoke(t, fn2)
-	if second.Parked != 1 || second.Position != a2[0] || second.waiting() != "" {
-		t.Errorf("second pass: parked %d position %d waiting %q, want 1, %d, none", second.Parked, second.Position, second.waiting(), a2[0])
+	if second.Parked != 1 || second.Position != a2[0] || second.WaitingFor() != "" {
+		t.Errorf("second pass: parked %d position %d waiting %q, want 1, %d, none", second.Parked, second.Position, second.WaitingFor(), a2[0])
 	}
 	var attempts int
 	var errText string
@@ -93,8 +93,8 @@ func TestMaxAttemptsZeroStopsAtTheEvent(t *testing.T) {
 	fn := relayFn(t, db, map[string]string{"RELAY_TARGET": url, "RELAY_MAX_ATTEMPTS": "0", "RELAY_BATCH_LIMIT": "2",
 		"RELAY_PASS_BUDGET": "1500ms", "RELAY_TICK": "100ms"})
 	r := invoke(t, fn)
-	if r.Position != first || r.waiting() != "event" || r.StoppedAt == nil || *r.StoppedAt != bad || r.Error != "" {
-		t.Errorf("position %d waiting %q stopped_at %v error %q, want %d, event at %d, none", r.Position, r.waiting(), r.StoppedAt, r.Error, first, bad)
+	if r.Position != first || r.WaitingFor() != "event" || r.StoppedAt == nil || *r.StoppedAt != bad || r.Error != "" {
+		t.Errorf("position %d waiting %q stopped_at %v error %q, want %d, event at %d, none", r.Position, r.WaitingFor(), r.StoppedAt, r.Error, first, bad)
 	}
 	if r.Parked != 0 || r.Refused < 2 {
 		t.Errorf("parked %d refused %d, want none parked and several tries", r.Parked, r.Refused)
@@ -124,8 +124,8 @@ func TestTargetThatTimesOutEndsThePassAtItsBudget(t *testing.T) {
 		"AWS_LAMBDA_FUNCTION_TIMEOUT": "6",
 	})
 	r := invoke(t, fn)
-	if r.waiting() != "target" || r.Position != 0 || r.Sent != 0 || r.Error != "" {
-		t.Errorf("waiting %q position %d sent %d error %q, want target, 0, 0, none", r.waiting(), r.Position, r.Sent, r.Error)
+	if r.WaitingFor() != "target" || r.Position != 0 || r.Sent != 0 || r.Error != "" {
+		t.Errorf("waiting %q position %d sent %d error %q, want target, 0, 0, none", r.WaitingFor(), r.Position, r.Sent, r.Error)
 	}
 	if !strings.Contains(r.LastError, "DeadlineExceeded") {
 		t.Errorf("last_error %q, want the call's deadline", r.LastError)
@@ -252,8 +252,8 @@ func TestPruneNeverDeletesWhatTheRelayHasNotSent(t *testing.T) {
 	early := publish(t, db, "a", "", payloads(3)...)
 	// The relay's first pass, its target unreachable: nothing sent.
 	down := invoke(t, relayFn(t, db, map[string]string{"RELAY_TARGET": url, "AWS_ENDPOINT_URL_SQS": "http://127.0.0.1:1", "RELAY_PASS_BUDGET": "1s"}))
-	if down.Sent != 0 || down.waiting() != "target" {
-		t.Fatalf("with the target down: sent %d waiting %q, want 0 and target", down.Sent, down.waiting())
+	if down.Sent != 0 || down.WaitingFor() != "target" {
+		t.Fatalf("with the target down: sent %d waiting %q, want 0 and target", down.Sent, down.WaitingFor())
 	}
 	fill := lambdatest.Start(t, lambdatest.Build(t, "fill"), map[string]string{
 		"DATABASE_URL": db.URL, "FILL_GRACE": "0s", "FILL_WATCH": "false", "FILL_PASS_BUDGET": "10s", "FILL_TICK": "50ms",

@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
@@ -55,8 +57,28 @@ func relayed(t *testing.T, r response, s seeded) {
 	if r.Skipped != 2 {
 		t.Errorf("skipped %d, want 2 (the placeholder and billing.paid)", r.Skipped)
 	}
-	if r.waiting() != "" || r.Error != "" {
-		t.Errorf("waiting %q error %q, want neither", r.waiting(), r.Error)
+	if r.WaitingFor() != "" || r.Error != "" {
+		t.Errorf("waiting %q error %q, want neither", r.WaitingFor(), r.Error)
+	}
+}
+
+// relayOrders runs one bounded pass of a relay of orders.* to target (env
+// over that) and checks it relayed s.
+func relayOrders(t *testing.T, db *testdb.DB, s seeded, target string, env map[string]string) {
+	t.Helper()
+	vars := map[string]string{"RELAY_TARGET": target, "RELAY_TOPICS": "orders.*"}
+	maps.Copy(vars, env)
+	relayed(t, invoke(t, relayFn(t, db, vars)), s)
+}
+
+// receivedOnceEach checks a queue that keeps no order (a standard one)
+// received every orders event of s once, each as its envelope.
+func receivedOnceEach(t *testing.T, db *testdb.DB, q *sqs.Client, url string, s seeded) {
+	t.Helper()
+	msgs := drain(t, q, url, len(s.orders), 10*time.Second)
+	exactlyOnceInOrder(t, sortedBySequence(msgs), s.orders, byTopic)
+	for _, m := range msgs {
+		checkEnvelope(t, db, m.env)
 	}
 }
 
@@ -83,14 +105,8 @@ func TestEachTargetEndToEnd(t *testing.T) {
 		db, q := testdb.New(t), sqstest.Client(t)
 		url := sqstest.NewQueue(t, q, "relay-std", nil)
 		s := seed(t, db)
-		r := invoke(t, relayFn(t, db, map[string]string{"RELAY_TARGET": url, "RELAY_TOPICS": "orders.*"}))
-		relayed(t, r, s)
-		msgs := drain(t, q, url, len(s.orders), 10*time.Second)
-		// A standard queue keeps no order: only once each.
-		exactlyOnceInOrder(t, sortedBySequence(msgs), s.orders, byTopic)
-		for _, m := range msgs {
-			checkEnvelope(t, db, m.env)
-		}
+		relayOrders(t, db, s, url, nil)
+		receivedOnceEach(t, db, q, url, s)
 	})
 
 	t.Run("SQS FIFO queue grouped by a header", func(t *testing.T) {
@@ -98,8 +114,7 @@ func TestEachTargetEndToEnd(t *testing.T) {
 		db, q := testdb.New(t), sqstest.Client(t)
 		url := sqstest.NewQueue(t, q, "relay-fifo", map[string]string{"FifoQueue": "true"})
 		s := seed(t, db)
-		r := invoke(t, relayFn(t, db, map[string]string{"RELAY_TARGET": url, "RELAY_TOPICS": "orders.*", "RELAY_GROUP_BY": "tenant"}))
-		relayed(t, r, s)
+		relayOrders(t, db, s, url, map[string]string{"RELAY_GROUP_BY": "tenant"})
 		msgs := drain(t, q, url, len(s.orders), 10*time.Second)
 		exactlyOnceInOrder(t, msgs, s.orders, func(m got) string { return m.group })
 		for _, m := range msgs {
@@ -121,13 +136,8 @@ func TestEachTargetEndToEnd(t *testing.T) {
 		url := sqstest.NewQueue(t, q, "relay-fanout", nil)
 		awstest.SubscribeQueue(t, sn, topic, sqstest.QueueARN(t, q, url))
 		s := seed(t, db)
-		r := invoke(t, relayFn(t, db, map[string]string{"RELAY_TARGET": topic, "RELAY_TOPICS": "orders.*"}))
-		relayed(t, r, s)
-		msgs := drain(t, q, url, len(s.orders), 10*time.Second)
-		exactlyOnceInOrder(t, sortedBySequence(msgs), s.orders, byTopic)
-		for _, m := range msgs {
-			checkEnvelope(t, db, m.env)
-		}
+		relayOrders(t, db, s, topic, nil)
+		receivedOnceEach(t, db, q, url, s)
 	})
 
 	t.Run("SNS FIFO topic fanned out to a FIFO queue", func(t *testing.T) {
@@ -141,8 +151,7 @@ func TestEachTargetEndToEnd(t *testing.T) {
 		// calls and within full calls of ten.
 		more := publish(t, db, "orders.created", `{"tenant":"t1"}`, payloads(25)...)
 		s.orders, s.head = append(s.orders, more...), more[len(more)-1]
-		r := invoke(t, relayFn(t, db, map[string]string{"RELAY_TARGET": topic, "RELAY_TOPICS": "orders.*"}))
-		relayed(t, r, s)
+		relayOrders(t, db, s, topic, nil)
 		msgs := drain(t, q, url, len(s.orders), 10*time.Second)
 		exactlyOnceInOrder(t, msgs, s.orders, byTopic)
 		for _, m := range msgs {
@@ -157,8 +166,7 @@ func TestEachTargetEndToEnd(t *testing.T) {
 		db, k := testdb.New(t), awstest.Kinesis(t)
 		arn := awstest.NewStream(t, k, "relay-stream", 2)
 		s := seed(t, db)
-		r := invoke(t, relayFn(t, db, map[string]string{"RELAY_TARGET": arn, "RELAY_TOPICS": "orders.*"}))
-		relayed(t, r, s)
+		relayOrders(t, db, s, arn, nil)
 		var msgs []got
 		for _, rec := range awstest.ReadStream(t, k, streamName(arn), len(s.orders), 10*time.Second) {
 			m := got{env: parseEnvelope(t, string(rec.Data)), group: aws.ToString(rec.PartitionKey)}
@@ -178,8 +186,7 @@ func TestEachTargetEndToEnd(t *testing.T) {
 		db := testdb.New(t)
 		bus := awstest.NewBusToQueue(t, "outboxkeeper.outbox")
 		s := seed(t, db)
-		r := invoke(t, relayFn(t, db, map[string]string{"RELAY_TARGET": bus.ARN, "RELAY_TOPICS": "orders.*"}))
-		relayed(t, r, s)
+		relayOrders(t, db, s, bus.ARN, nil)
 		var msgs []got
 		for _, m := range receive(t, bus.SQS, bus.Queue, len(s.orders), 15*time.Second) {
 			var ev struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -365,20 +366,28 @@ func (e *evaluator) environment(fn string) map[string]string {
 // Each returns the problems it finds, so the mutation test below can prove
 // that it does find them.
 
-var makeTarget = regexp.MustCompile(`(?m)^build-([A-Za-z0-9]+):`)
+// builtPackage is what a build target's recipe builds, as make -n prints it.
+var builtPackage = regexp.MustCompile(`-o /artifacts/bootstrap (\S+)\s*$`)
 
+// checkMakefileTargets: every function builds with BuildMethod makefile,
+// and make build-<LogicalId>, as sam build runs it, builds the function's
+// own package into ARTIFACTS_DIR (make -n on makefile: nothing runs).
 func checkMakefileTargets(tpl *template, makefile string) []string {
-	targets := map[string]bool{}
-	for _, m := range makeTarget.FindAllStringSubmatch(makefile, -1) {
-		targets[m[1]] = true
-	}
 	var problems []string
 	for _, fn := range tpl.functions() {
 		if get(tpl.Resources[fn], "Metadata", "BuildMethod") != "makefile" {
 			problems = append(problems, fn+": Metadata.BuildMethod is not makefile")
 		}
-		if !targets[fn] {
+		cmd := exec.Command("make", "-n", "-s", "-f", "-", "build-"+fn, "ARTIFACTS_DIR=/artifacts")
+		cmd.Stdin = strings.NewReader(makefile)
+		out, err := cmd.CombinedOutput()
+		switch m := builtPackage.FindSubmatch(out); {
+		case err != nil && strings.Contains(string(out), "No rule to make target"):
 			problems = append(problems, fn+": no build-"+fn+" target in the Makefile")
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("%s: make -n build-%s: %v\n%s", fn, fn, err, out))
+		case m == nil || string(m[1]) != "./functions/"+shortName(fn):
+			problems = append(problems, fmt.Sprintf("%s: build-%s does not build ./functions/%s into ARTIFACTS_DIR: %q", fn, fn, shortName(fn), out))
 		}
 	}
 	return problems
@@ -622,8 +631,10 @@ func TestChecksCatchBreakage(t *testing.T) {
 		breakMakefile bool
 		want          string
 	}{
-		{name: "missing make target", old: "build-SweepFunction:", new: "build-Sweep:", breakMakefile: true,
+		{name: "missing make target", old: "FUNCTIONS := Fill Sweep Compensate", new: "FUNCTIONS := Fill Compensate", breakMakefile: true,
 			want: "no build-SweepFunction target"},
+		{name: "make target builds another package", old: "tr A-Z a-z", new: "tr a-z A-Z", breakMakefile: true,
+			want: "FillFunction: build-FillFunction does not build ./functions/fill"},
 		{name: "visibility below 6x timeout", old: "VisibilityTimeout: 180", new: "VisibilityTimeout: 179",
 			want: "VisibilityTimeout 179 < 6 x CompensateFunction Timeout 30"},
 		{name: "global timeout raised", old: "    Timeout: 30\n", new: "    Timeout: 31\n",
@@ -674,7 +685,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{name: "action nothing calls", old: "Action: sqs:SendMessage\n                Resource: !GetAtt RollbackReportDLQ.Arn",
 			new:  "Action: [sqs:SendMessage, sqs:PurgeQueue]\n                Resource: !GetAtt RollbackReportDLQ.Arn",
 			want: "CompensateFunction: its role allows sqs:PurgeQueue, which nothing calls"},
-		{name: "migrate make target missing", old: "build-MigrateFunction:", new: "build-Migrate:", breakMakefile: true,
+		{name: "migrate make target missing", old: " Deliver Migrate\n", new: " Deliver\n", breakMakefile: true,
 			want: "no build-MigrateFunction target"},
 		{name: "a function that does not wait for the migrations",
 			old:  "  SweepFunction:\n    Type: AWS::Serverless::Function\n    # Created (and, on an update, changed) only after the migrations ran,\n    # so its schedule or event source never starts it on an old schema.\n    DependsOn: MigrationsDone\n",

@@ -16,6 +16,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -31,10 +32,20 @@ func Render(sql, schema string) string {
 	).Replace(sql)
 }
 
-// File is one .sql file's statements, by name, still templated.
+// File is one .sql file's statements, by name, still templated, and the
+// ones rendered so far.
 type File struct {
 	name       string
 	statements map[string]string
+	rendered   *renders
+}
+
+// renders caches a file's statements by name and schema: a process runs
+// on a handful of schemas, so it stays small, and a statement is rendered
+// once however often it runs.
+type renders struct {
+	mu sync.RWMutex
+	by map[[2]string]string
 }
 
 var (
@@ -49,7 +60,7 @@ func Parse(fsys fs.FS, name string) (File, error) {
 		return File{}, err
 	}
 	base := strings.TrimSuffix(path.Base(name), ".sql")
-	f := File{name: base, statements: map[string]string{}}
+	f := File{name: base, statements: map[string]string{}, rendered: &renders{by: map[[2]string]string{}}}
 	var current string
 	var lines []string
 	flush := func() error {
@@ -110,14 +121,27 @@ func (f File) Names() []string {
 	return out
 }
 
-// Statement is the named statement rendered for schema. A name the file
-// does not hold panics: statements are looked up once, at construction.
+// Statement is the named statement rendered for schema, rendered once and
+// kept, so code may look a statement up where it runs it. A name the file
+// does not hold panics; every literal name the code looks up is checked
+// against its file by this package's module test.
 func (f File) Statement(name, schema string) string {
+	key := [2]string{name, schema}
+	f.rendered.mu.RLock()
+	out, ok := f.rendered.by[key]
+	f.rendered.mu.RUnlock()
+	if ok {
+		return out
+	}
 	s, ok := f.statements[name]
 	if !ok {
 		panic(fmt.Sprintf("sqltext: %s.sql has no statement %q", f.name, name))
 	}
-	return Render(s, schema)
+	out = Render(s, schema)
+	f.rendered.mu.Lock()
+	f.rendered.by[key] = out
+	f.rendered.mu.Unlock()
+	return out
 }
 
 // Tag is the comment the named statement starts with, which names it in

@@ -2,6 +2,7 @@ package sqltext
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 )
@@ -42,6 +43,34 @@ ORDER BY sequence LIMIT @n
 	}
 	if n := len(f.Names()); n != 2 {
 		t.Errorf("Names = %v, want 2 statements", f.Names())
+	}
+}
+
+// Statements are looked up where they run, from goroutines at once: each
+// schema gets its own rendering, the same on every lookup, and a render
+// kept for one schema is never served for another.
+func TestStatementIsRenderedForEachSchemaAndKept(t *testing.T) {
+	f, err := Parse(fstest.MapFS{"t.sql": {Data: []byte("-- name: head\nSELECT {{schema}}.allocation_head()\n")}}, "t.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas := []string{"a", "b", "c"}
+	var wg sync.WaitGroup
+	got := make([][]string, 8)
+	for g := range got {
+		wg.Go(func() {
+			for _, s := range schemas {
+				got[g] = append(got[g], f.Statement("head", s))
+			}
+		})
+	}
+	wg.Wait()
+	for g := range got {
+		for i, s := range schemas {
+			if want := `/* outboxkeeper t.head */ SELECT "` + s + `".allocation_head()`; got[g][i] != want {
+				t.Errorf("goroutine %d, schema %s: %q, want %q", g, s, got[g][i], want)
+			}
+		}
 	}
 }
 

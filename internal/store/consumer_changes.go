@@ -45,22 +45,11 @@ type ConsumerChange struct {
 	ToPosition *int64 `json:"to_position"`
 }
 
-// ConsumerOps runs the statements of consumer_changes.sql.
-type ConsumerOps struct {
-	status, rewind, retire, recent, summary string
-}
+// ConsumerOps runs the statements of consumer_changes.sql on one schema.
+type ConsumerOps struct{ schema string }
 
-// NewConsumerOps renders the statements for schema.
-func NewConsumerOps(schema Schema) *ConsumerOps {
-	n := schema.Name()
-	return &ConsumerOps{
-		status:  ConsumerChangesSQL.Statement("status", n),
-		rewind:  ConsumerChangesSQL.Statement("rewind", n),
-		retire:  ConsumerChangesSQL.Statement("retire", n),
-		recent:  ConsumerChangesSQL.Statement("recent", n),
-		summary: ConsumerChangesSQL.Statement("summary", n),
-	}
-}
+// NewConsumerOps runs the statements on schema.
+func NewConsumerOps(schema Schema) *ConsumerOps { return &ConsumerOps{schema: schema.Name()} }
 
 // ConsumerSummary is what the sweep's metrics say of the consumers.
 type ConsumerSummary struct {
@@ -75,7 +64,7 @@ type ConsumerSummary struct {
 // Summary reads the consumers' figures in one statement.
 func (o *ConsumerOps) Summary(ctx context.Context, q Querier) (ConsumerSummary, error) {
 	var s ConsumerSummary
-	if err := q.QueryRow(ctx, o.summary).Scan(&s.MaxLag, &s.Holding, &s.HeldSeconds); err != nil {
+	if err := q.QueryRow(ctx, ConsumerChangesSQL.Statement("summary", o.schema)).Scan(&s.MaxLag, &s.Holding, &s.HeldSeconds); err != nil {
 		return s, fmt.Errorf("consumer summary: %w", err)
 	}
 	return s, nil
@@ -83,7 +72,7 @@ func (o *ConsumerOps) Summary(ctx context.Context, q Querier) (ConsumerSummary, 
 
 // Status lists every registered consumer, the slowest first.
 func (o *ConsumerOps) Status(ctx context.Context, q Querier) ([]ConsumerStatus, error) {
-	out, err := Rows(ctx, q, o.status, nil, pgx.RowToStructByPos[ConsumerStatus])
+	out, err := Rows(ctx, q, ConsumerChangesSQL.Statement("status", o.schema), nil, pgx.RowToStructByPos[ConsumerStatus])
 	if err != nil {
 		return nil, fmt.Errorf("consumer status: %w", err)
 	}
@@ -92,12 +81,12 @@ func (o *ConsumerOps) Status(ctx context.Context, q Querier) ([]ConsumerStatus, 
 
 // Rewind moves consumer name back to position to, on the record.
 func (o *ConsumerOps) Rewind(ctx context.Context, q Querier, name string, to int64, reason, operator string) (ConsumerChange, error) {
-	return o.change(ctx, q, o.rewind, pgx.StrictNamedArgs{"name": name, "to": to, "reason": reason, "operator": operator})
+	return o.change(ctx, q, ConsumerChangesSQL.Statement("rewind", o.schema), pgx.StrictNamedArgs{"name": name, "to": to, "reason": reason, "operator": operator})
 }
 
 // Retire deletes consumer name, on the record.
 func (o *ConsumerOps) Retire(ctx context.Context, q Querier, name, reason, operator string) (ConsumerChange, error) {
-	return o.change(ctx, q, o.retire, pgx.StrictNamedArgs{"name": name, "reason": reason, "operator": operator})
+	return o.change(ctx, q, ConsumerChangesSQL.Statement("retire", o.schema), pgx.StrictNamedArgs{"name": name, "reason": reason, "operator": operator})
 }
 
 func (o *ConsumerOps) change(ctx context.Context, q Querier, sql string, args pgx.StrictNamedArgs) (ConsumerChange, error) {
@@ -110,7 +99,7 @@ func (o *ConsumerOps) change(ctx context.Context, q Querier, sql string, args pg
 
 // Recent is the last limit changes, the newest first.
 func (o *ConsumerOps) Recent(ctx context.Context, q Querier, limit int) ([]ConsumerChange, error) {
-	out, err := Rows(ctx, q, o.recent, pgx.StrictNamedArgs{"limit": limit}, pgx.RowToStructByPos[ConsumerChange])
+	out, err := Rows(ctx, q, ConsumerChangesSQL.Statement("recent", o.schema), pgx.StrictNamedArgs{"limit": limit}, pgx.RowToStructByPos[ConsumerChange])
 	if err != nil {
 		return nil, fmt.Errorf("consumer changes: %w", err)
 	}

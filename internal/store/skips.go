@@ -34,22 +34,11 @@ type Skip struct {
 	ReportedAt *time.Time `json:"reported_at"`
 }
 
-// Skips runs the statements of stall_skips.sql.
-type Skips struct {
-	skip       string
-	recent     string
-	unreported string
-}
+// Skips runs the statements of stall_skips.sql on one schema.
+type Skips struct{ schema string }
 
-// NewSkips renders the statements for schema.
-func NewSkips(schema Schema) *Skips {
-	n := schema.Name()
-	return &Skips{
-		skip:       StallSkipsSQL.Statement("skip_stall", n),
-		recent:     StallSkipsSQL.Statement("recent", n),
-		unreported: StallSkipsSQL.Statement("take_unreported", n),
-	}
-}
+// NewSkips runs the statements on schema.
+func NewSkips(schema Schema) *Skips { return &Skips{schema: schema.Name()} }
 
 // SkipParams is one operator's skip.
 type SkipParams struct {
@@ -73,7 +62,7 @@ func (s *Skips) Skip(ctx context.Context, q Querier, p SkipParams) (Skip, error)
 		sessions = json.RawMessage(`[]`)
 	}
 	args := pgx.StrictNamedArgs{"to": p.To, "reason": p.Reason, "operator": p.Operator, "sessions": string(sessions)}
-	rows, err := q.Query(ctx, s.skip, args)
+	rows, err := q.Query(ctx, StallSkipsSQL.Statement("skip_stall", s.schema), args)
 	if err != nil {
 		return Skip{}, fmt.Errorf("skip to %d: %w", p.To, err)
 	}
@@ -86,7 +75,7 @@ func (s *Skips) Skip(ctx context.Context, q Querier, p SkipParams) (Skip, error)
 
 // Recent returns the last limit skips, newest first.
 func (s *Skips) Recent(ctx context.Context, q Querier, limit int) ([]Skip, error) {
-	out, err := Rows(ctx, q, s.recent, pgx.StrictNamedArgs{"limit": limit}, pgx.RowToStructByPos[Skip])
+	out, err := Rows(ctx, q, StallSkipsSQL.Statement("recent", s.schema), pgx.StrictNamedArgs{"limit": limit}, pgx.RowToStructByPos[Skip])
 	if err != nil {
 		return nil, fmt.Errorf("read stall skips: %w", err)
 	}
@@ -98,7 +87,7 @@ func (s *Skips) Recent(ctx context.Context, q Querier, limit int) ([]Skip, error
 // OperatorFilled.
 func (s *Skips) TakeUnreported(ctx context.Context, q Querier) (int64, error) {
 	var n int64
-	if err := q.QueryRow(ctx, s.unreported).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, StallSkipsSQL.Statement("take_unreported", s.schema)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count operator placeholders: %w", err)
 	}
 	return n, nil

@@ -24,8 +24,9 @@ import (
 //go:embed *.sql
 var files embed.FS
 
-// The tables' statements, one file a table, each rendered for a schema at
-// construction (sqltext.File.Statement).
+// The tables' statements, one file a table, each rendered for a schema on
+// its first lookup and kept (sqltext.File.Statement), so the code looks a
+// statement up where it runs it.
 var (
 	EventsSQL     = sqltext.MustParse(files, "events.sql")
 	DeliveriesSQL = sqltext.MustParse(files, "deliveries.sql")

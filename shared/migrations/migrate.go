@@ -180,6 +180,17 @@ func (b bookkeeping) lockTimeoutLiteral() string {
 	return inline(b.setLockTimeout, map[string]string{"lock_timeout": literal(b.lockTimeout)})
 }
 
+// lockPreamble is how every script Print or a tool's file starts after its
+// BEGIN: the pinned search path and the schema's lock behind a bounded
+// wait, said to the person who reads it: what stops ("the script") and
+// how it is tried again ("run").
+func (b bookkeeping) lockPreamble(what, again string) string {
+	return fmt.Sprintf("%s;\n"+
+		"-- A lock wait is bounded: behind a long transaction %s stops (SQLSTATE 55P03,\n"+
+		"-- nothing applied) instead of queueing every publisher behind it; %s it again later.\n"+
+		"%s;\n%s;\n", b.pinPath, what, again, b.lockTimeoutLiteral(), b.lock)
+}
+
 // recordLiteral is record with the values written out, for Print.
 func (b bookkeeping) recordLiteral(m Migration) string {
 	return inline(b.record, map[string]string{

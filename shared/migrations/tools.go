@@ -154,11 +154,7 @@ func toolBody(b bookkeeping, schema string, m Migration, first bool, done []Migr
 	var out strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&out, format, args...) }
 	p("SELECT pg_catalog.set_config('outboxkeeper.saved_search_path', pg_catalog.current_setting('search_path'), true);\n")
-	p("%s;\n", b.pinPath)
-	p("-- A lock wait is bounded: behind a long transaction this file stops (SQLSTATE 55P03,\n")
-	p("-- nothing applied) instead of queueing every publisher behind it; apply it again later.\n")
-	p("%s;\n", b.lockTimeoutLiteral())
-	p("%s;\n", b.lock)
+	p("%s", b.lockPreamble("this file", "apply"))
 	if creates {
 		// A schema of this name that outboxkeeper did not make stops the
 		// file here (42P06), as it stops the migrator.

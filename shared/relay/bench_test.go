@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -17,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/metrics"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
@@ -28,17 +25,6 @@ import (
 )
 
 const benchConcurrency = 4
-
-func benchService(b *testing.B, db *testdb.DB, cfg Config) *Service {
-	b.Helper()
-	cfg.Schema = testdb.Schema
-	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(b), Options: pass.Options{
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Emitter{Function: "relay", Out: io.Discard}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return s
-}
 
 // benchPayload is an order of a realistic size, the same as
 // shared/target's BenchmarkBareSend sends.
@@ -102,7 +88,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 	}}
 	relay := benchkit.Arm{Name: "relay", Run: func() time.Duration {
 		url := sqstest.NewQueue(b, client, "bench-relay", nil)
-		s := benchService(b, db, Config{Target: url, GroupBy: GroupByNone, Concurrency: benchConcurrency, Bounded: true, PassBudget: 10 * time.Minute})
+		s := newTestService(b, db, Config{Target: url, GroupBy: GroupByNone, Concurrency: benchConcurrency, Bounded: true, PassBudget: 10 * time.Minute})
 		db.Exec(b, `DELETE FROM outbox.consumers WHERE name = 'relay:default'`)
 		return benchkit.Timed(func() {
 			res, err := s.RunOnce(ctx, nil)
@@ -150,7 +136,7 @@ func latencyRun(b *testing.B, client *sqs.Client, events int) []float64 {
 	b.Helper()
 	db := testdb.New(b)
 	url := sqstest.NewQueue(b, client, "bench-latency", nil)
-	s := benchService(b, db, Config{Target: url, Tick: DefaultTick, PassBudget: time.Duration(events)*120*time.Millisecond + 5*time.Second})
+	s := newTestService(b, db, Config{Target: url, Tick: DefaultTick, PassBudget: time.Duration(events)*120*time.Millisecond + 5*time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -235,7 +221,7 @@ func BenchmarkRelayIdleTick(b *testing.B) {
 		db.Exec(b, `VACUUM ANALYZE outbox.events`)
 		// RELAY_START=latest registers the relay at the watermark, the
 		// head: caught up without sending the table.
-		if r, err := benchService(b, db, Config{Target: url, Start: StartLatest, Bounded: true}).RunOnce(context.Background(), nil); err != nil || r.Position != n {
+		if r, err := newTestService(b, db, Config{Target: url, Start: StartLatest, Bounded: true}).RunOnce(context.Background(), nil); err != nil || r.Position != n {
 			b.Fatalf("registering at %d: position %d, %v", n, r.Position, err)
 		}
 		dbs[n] = db
@@ -247,7 +233,7 @@ func BenchmarkRelayIdleTick(b *testing.B) {
 	watch := func(n int64) benchkit.Arm {
 		return benchkit.Arm{Name: fmt.Sprint(n), Run: func() time.Duration {
 			t := &benchkit.TimedDB{DB: dbs[n].Pool}
-			s := benchService(b, dbs[n], Config{Target: url, PassBudget: 3 * time.Second})
+			s := newTestService(b, dbs[n], Config{Target: url, PassBudget: 3 * time.Second})
 			s.kit.DB = t
 			r, err := s.RunOnce(context.Background(), nil)
 			if err != nil || r.Sent != 0 || r.Ticks == 0 {

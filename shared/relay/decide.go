@@ -28,20 +28,34 @@ type Topics struct{ patterns []string }
 // character no topic can hold (a NUL, or bytes that are not UTF-8:
 // PostgreSQL's text holds neither).
 func ParseTopics(s string) (Topics, error) {
-	var t Topics
-	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		switch {
-		case p == "":
-			return Topics{}, errors.New("an empty pattern (a stray comma?) matches no topic: want comma-separated patterns such as orders.*,billing.invoice.*")
-		case strings.ContainsRune(p, 0):
-			return Topics{}, fmt.Errorf("pattern %q holds a NUL, which no topic can hold", p)
-		case !utf8.ValidString(p):
-			return Topics{}, fmt.Errorf("pattern %q is not UTF-8, which every topic is", p)
-		}
-		t.patterns = append(t.patterns, p)
+	patterns, err := splitList(s, "pattern", "topic",
+		"an empty pattern (a stray comma?) matches no topic: want comma-separated patterns such as orders.*,billing.invoice.*")
+	if err != nil {
+		return Topics{}, err
 	}
-	return t, nil
+	return Topics{patterns: patterns}, nil
+}
+
+// splitList splits a comma-separated list of entries, each trimmed. An
+// entry that can match no value is an error naming it: one empty after
+// trimming (a stray comma; empty says what to write), or one holding a
+// character no value of the column can (a NUL, or bytes that are not
+// UTF-8: PostgreSQL's text holds neither).
+func splitList(s, entry, column, empty string) ([]string, error) {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		e = strings.TrimSpace(e)
+		switch {
+		case e == "":
+			return nil, errors.New(empty)
+		case strings.ContainsRune(e, 0):
+			return nil, fmt.Errorf("%s %q holds a NUL, which no %s can hold", entry, e, column)
+		case !utf8.ValidString(e):
+			return nil, fmt.Errorf("%s %q is not UTF-8, which every %s is", entry, e, column)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // Match says topic is one of the relay's.
@@ -100,17 +114,13 @@ func ParseAggregateTypes(s string) (AggregateTypes, error) {
 	if strings.TrimSpace(s) == "" {
 		return AggregateTypes{}, nil
 	}
+	names, err := splitList(s, "aggregate type", "aggregate_type",
+		"an empty aggregate type (a stray comma?) matches no event: want comma-separated names such as order,invoice, or nothing for all")
+	if err != nil {
+		return AggregateTypes{}, err
+	}
 	a := AggregateTypes{types: map[string]bool{}}
-	for _, n := range strings.Split(s, ",") {
-		n = strings.TrimSpace(n)
-		switch {
-		case n == "":
-			return AggregateTypes{}, errors.New("an empty aggregate type (a stray comma?) matches no event: want comma-separated names such as order,invoice, or nothing for all")
-		case strings.ContainsRune(n, 0):
-			return AggregateTypes{}, fmt.Errorf("aggregate type %q holds a NUL, which no aggregate_type can hold", n)
-		case !utf8.ValidString(n):
-			return AggregateTypes{}, fmt.Errorf("aggregate type %q is not UTF-8, which every aggregate_type is", n)
-		}
+	for _, n := range names {
 		a.types[n] = true
 	}
 	return a, nil

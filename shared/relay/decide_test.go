@@ -11,10 +11,7 @@ import (
 )
 
 func TestTopicPatternsMatchWithStarAsAnyRun(t *testing.T) {
-	cases := []struct {
-		patterns, topic string
-		want            bool
-	}{
+	matches(t, ParseTopics, []matchCase{
 		{"*", "orders.created", true},
 		{"*", "", true},
 		{"orders.*", "orders.created", true},
@@ -35,15 +32,39 @@ func TestTopicPatternsMatchWithStarAsAnyRun(t *testing.T) {
 		{"orders.*,billing.*", "shipping.sent", false},
 		{"**", "x", true},
 		{"é*", "été", true},
-	}
+	})
+}
+
+// matchCase is a list as its variable takes it, a value, and whether the
+// value is one of the list's.
+type matchCase struct {
+	list, value string
+	want        bool
+}
+
+// matches parses each case's list and matches its value, a subtest a case.
+func matches[M interface{ Match(string) bool }](t *testing.T, parse func(string) (M, error), cases []matchCase) {
+	t.Helper()
 	for _, c := range cases {
-		t.Run(c.patterns+"~"+c.topic, func(t *testing.T) {
-			tp, err := ParseTopics(c.patterns)
+		t.Run(c.list+"~"+c.value, func(t *testing.T) {
+			m, err := parse(c.list)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := tp.Match(c.topic); got != c.want {
-				t.Errorf("Match(%q) = %v, want %v", c.topic, got, c.want)
+			if got := m.Match(c.value); got != c.want {
+				t.Errorf("Match(%q) = %v, want %v", c.value, got, c.want)
+			}
+		})
+	}
+}
+
+// refused checks that parse refuses each list, a subtest a list.
+func refused[M any](t *testing.T, name string, parse func(string) (M, error), lists ...string) {
+	t.Helper()
+	for _, bad := range lists {
+		t.Run(fmt.Sprintf("%q", bad), func(t *testing.T) {
+			if _, err := parse(bad); err == nil {
+				t.Errorf("%s(%q) accepted", name, bad)
 			}
 		})
 	}
@@ -66,13 +87,7 @@ func TestTopicMatchIsNotExponential(t *testing.T) {
 }
 
 func TestTopicPatternThatCannotMatchIsRefused(t *testing.T) {
-	for _, bad := range []string{"", " ", "orders.*,", ",orders.*", "orders.*,,billing.*", "a\x00b", "\xff*"} {
-		t.Run(fmt.Sprintf("%q", bad), func(t *testing.T) {
-			if _, err := ParseTopics(bad); err == nil {
-				t.Errorf("ParseTopics(%q) accepted", bad)
-			}
-		})
-	}
+	refused(t, "ParseTopics", ParseTopics, "", " ", "orders.*,", ",orders.*", "orders.*,,billing.*", "a\x00b", "\xff*")
 }
 
 func TestGroupOfAnEvent(t *testing.T) {
@@ -118,10 +133,7 @@ func withAggregate(e event, typ, id string) event {
 }
 
 func TestAggregateTypesMatchListedNamesExactly(t *testing.T) {
-	cases := []struct {
-		list, typ string
-		want      bool
-	}{
+	matches(t, ParseAggregateTypes, []matchCase{
 		{"", "order", true},
 		{"", "", true},
 		{" ", "", true},
@@ -131,25 +143,39 @@ func TestAggregateTypesMatchListedNamesExactly(t *testing.T) {
 		{"order, invoice ", "invoice", true},
 		{"order,invoice", "shipment", false},
 		{"ord*", "order", false},
-	}
-	for _, c := range cases {
-		t.Run(c.list+"~"+c.typ, func(t *testing.T) {
-			a, err := ParseAggregateTypes(c.list)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := a.Match(c.typ); got != c.want {
-				t.Errorf("Match(%q) = %v, want %v", c.typ, got, c.want)
-			}
-		})
-	}
+	})
 }
 
 func TestAggregateTypeListThatCannotMatchIsRefused(t *testing.T) {
-	for _, bad := range []string{"order,", ",order", "order,,invoice", "order, ,invoice", "a\x00b", "\xff"} {
-		t.Run(fmt.Sprintf("%q", bad), func(t *testing.T) {
-			if _, err := ParseAggregateTypes(bad); err == nil {
-				t.Errorf("ParseAggregateTypes(%q) accepted", bad)
+	refused(t, "ParseAggregateTypes", ParseAggregateTypes, "order,", ",order", "order,,invoice", "order, ,invoice", "a\x00b", "\xff")
+}
+
+// A refused list says why in words naming the entry and the column it
+// can never match.
+func TestListRefusalsNameTheEntry(t *testing.T) {
+	topics := func(s string) error { _, err := ParseTopics(s); return err }
+	types := func(s string) error { _, err := ParseAggregateTypes(s); return err }
+	cases := []struct {
+		name  string
+		parse func(string) error
+		list  string
+		want  string
+	}{
+		{"topics, a stray comma", topics, "orders.*,", "an empty pattern (a stray comma?) matches no topic: want comma-separated patterns such as orders.*,billing.invoice.*"},
+		{"topics, a NUL", topics, "a\x00b", `pattern "a\x00b" holds a NUL, which no topic can hold`},
+		{"topics, not UTF-8", topics, "\xff*", `pattern "\xff*" is not UTF-8, which every topic is`},
+		{"aggregate types, a stray comma", types, "order, ,invoice", "an empty aggregate type (a stray comma?) matches no event: want comma-separated names such as order,invoice, or nothing for all"},
+		{"aggregate types, a NUL", types, "a\x00b", `aggregate type "a\x00b" holds a NUL, which no aggregate_type can hold`},
+		{"aggregate types, not UTF-8", types, "\xff", `aggregate type "\xff" is not UTF-8, which every aggregate_type is`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.parse(c.list)
+			if err == nil {
+				t.Fatalf("%q accepted", c.list)
+			}
+			if err.Error() != c.want {
+				t.Errorf("%q: %q, want %q", c.list, err.Error(), c.want)
 			}
 		})
 	}

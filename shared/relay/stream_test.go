@@ -27,7 +27,9 @@ import (
 // badPayload is a payload SQS refuses in a message body.
 const badPayload = `{"bad":"\uffff"}`
 
-func newTestService(t *testing.T, db *testdb.DB, cfg Config) *Service {
+// newTestService is a relay on db's schema that logs and emits nowhere;
+// the tests and the benchmarks build theirs here.
+func newTestService(t testing.TB, db *testdb.DB, cfg Config) *Service {
 	t.Helper()
 	cfg.Schema = testdb.Schema
 	s, err := New(db.Pool, cfg, Options{AWS: awstest.Config(t), Options: pass.Options{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -38,30 +39,20 @@ func TestParseReadsSplitResultLines(t *testing.T) {
 }
 
 func TestARowMetOnlyWhenEveryTargetIs(t *testing.T) {
-	row := Rows[0] // the burst: ≥ 0.6 × the limit, ≥ 20 × the loop
-	met := Metrics{"BenchmarkFillBurst": {"fill/limit": 0.73, "fill/loop": 40}}
-	if !row.Judge(met, nil).Met() {
-		t.Error("0.73 × the limit and 40 × the loop: not met, want met")
-	}
-	slow := Metrics{"BenchmarkFillBurst": {"fill/limit": 0.41, "fill/loop": 40}}
-	if row.Judge(slow, nil).Met() {
-		t.Error("0.41 × the limit: met, want missed")
-	}
-	if row.Judge(Metrics{}, nil).Met() {
-		t.Error("nothing reported: met, want missed")
-	}
+	// the burst: ≥ 0.6 × the limit, ≥ 20 × the loop
+	verdicts(t, 1, []verdict{
+		{"0.73 × the limit and 40 × the loop", Metrics{"BenchmarkFillBurst": {"fill/limit": 0.73, "fill/loop": 40}}, nil, true},
+		{"0.41 × the limit", Metrics{"BenchmarkFillBurst": {"fill/limit": 0.41, "fill/loop": 40}}, nil, false},
+		{"nothing reported", Metrics{}, nil, false},
+	})
 }
 
 func TestUpperBoundsAreUpper(t *testing.T) {
-	row := Rows[9] // cold start ≤ 30 ms, binaries ≤ 12 MB
-	ok := Metrics{"BenchmarkColdStart": {"slowest-init-ms": 20}, "BenchmarkBinarySize": {"largest-bytes": 11_862_178}}
-	if !row.Judge(ok, nil).Met() {
-		t.Error("20 ms and 11.9 MB: not met, want met")
-	}
-	big := Metrics{"BenchmarkColdStart": {"slowest-init-ms": 20}, "BenchmarkBinarySize": {"largest-bytes": 13_369_506}}
-	if row.Judge(big, nil).Met() {
-		t.Error("a 13.4 MB binary: met, want missed")
-	}
+	// cold start ≤ 30 ms, binaries ≤ 12 MB
+	verdicts(t, 10, []verdict{
+		{"20 ms and 11.9 MB", Metrics{"BenchmarkColdStart": {"slowest-init-ms": 20}, "BenchmarkBinarySize": {"largest-bytes": 11_862_178}}, nil, true},
+		{"a 13.4 MB binary", Metrics{"BenchmarkColdStart": {"slowest-init-ms": 20}, "BenchmarkBinarySize": {"largest-bytes": 13_369_506}}, nil, false},
+	})
 }
 
 func TestLatencyRowReadsTheDemo(t *testing.T) {
@@ -141,50 +132,30 @@ func TestColdRowMetOnlyWhenEveryStatementIsLinear(t *testing.T) {
 }
 
 func TestInsertRowJudgesTheFsyncOnRatio(t *testing.T) {
-	row := Rows[12] // the plain INSERT: ≤ 1.2 × bare with fsync on
-	if row.N != 13 {
-		t.Fatalf("Rows[12] is row %d, want 13", row.N)
-	}
-	if !row.Judge(Metrics{"BenchmarkInsert": {"fsync-on-insert/bare": 1.09, "fsync-off-insert/bare": 1.6}}, nil).Met() {
-		t.Error("1.09 × bare with fsync on: not met, want met (fsync off is reported, not judged)")
-	}
-	if row.Judge(Metrics{"BenchmarkInsert": {"fsync-on-insert/bare": 1.31}}, nil).Met() {
-		t.Error("1.31 × bare with fsync on: met, want missed")
-	}
+	// the plain INSERT: ≤ 1.2 × bare with fsync on
+	verdicts(t, 13, []verdict{
+		{"1.09 × bare with fsync on (fsync off is reported, not judged)", Metrics{"BenchmarkInsert": {"fsync-on-insert/bare": 1.09, "fsync-off-insert/bare": 1.6}}, nil, true},
+		{"1.31 × bare with fsync on", Metrics{"BenchmarkInsert": {"fsync-on-insert/bare": 1.31}}, nil, false},
+	})
 }
 
 // The relay's rows: throughput at least 0.7 × the bare loop, p99 at most
 // a second, and the idle tick's statements and buffers within a tenth of
 // constant from 100k to 10M.
 func TestRelayRowsJudgeTheirTargets(t *testing.T) {
-	byN := map[int]Row{}
-	for _, r := range Rows {
-		byN[r.N] = r
-	}
-	throughput, latency, idle := byN[14], byN[15], byN[16]
-	if !throughput.Judge(Metrics{"BenchmarkRelayThroughput": {"relay/bare": 0.74}}, nil).Met() {
-		t.Error("0.74 × the bare loop: not met, want met")
-	}
-	if throughput.Judge(Metrics{"BenchmarkRelayThroughput": {"relay/bare": 0.66}}, nil).Met() {
-		t.Error("0.66 × the bare loop: met, want missed")
-	}
-	if !latency.Judge(Metrics{"BenchmarkRelayLatency": {"p99-ms": 203}}, nil).Met() {
-		t.Error("p99 203 ms: not met, want met")
-	}
-	if latency.Judge(Metrics{"BenchmarkRelayLatency": {"p99-ms": 1400}}, nil).Met() {
-		t.Error("p99 1.4 s: met, want missed")
-	}
-	flat := map[string]float64{"statements/smallest-table": 1, "probe-buffers@100000": 5, "probe-buffers@10000000": 6, "db-time/smallest-table": 1.1}
-	if !idle.Judge(Metrics{"BenchmarkRelayIdleTick": flat}, nil).Met() {
-		t.Error("a flat idle tick, one B-tree level deeper: not met, want met")
-	}
-	growing := map[string]float64{"statements/smallest-table": 1, "probe-buffers@100000": 5, "probe-buffers@10000000": 9, "db-time/smallest-table": 1.1}
-	if idle.Judge(Metrics{"BenchmarkRelayIdleTick": growing}, nil).Met() {
-		t.Error("the probe's buffers 5 → 9: met, want missed")
-	}
-	if idle.Judge(Metrics{"BenchmarkRelayIdleTick": {"statements/smallest-table": 1, "db-time/smallest-table": 1}}, nil).Met() {
-		t.Error("the buffers not reported: met, want missed")
-	}
+	verdicts(t, 14, []verdict{
+		{"0.74 × the bare loop", Metrics{"BenchmarkRelayThroughput": {"relay/bare": 0.74}}, nil, true},
+		{"0.66 × the bare loop", Metrics{"BenchmarkRelayThroughput": {"relay/bare": 0.66}}, nil, false},
+	})
+	verdicts(t, 15, []verdict{
+		{"p99 203 ms", Metrics{"BenchmarkRelayLatency": {"p99-ms": 203}}, nil, true},
+		{"p99 1.4 s", Metrics{"BenchmarkRelayLatency": {"p99-ms": 1400}}, nil, false},
+	})
+	verdicts(t, 16, []verdict{
+		{"a flat idle tick, one B-tree level deeper", Metrics{"BenchmarkRelayIdleTick": {"statements/smallest-table": 1, "probe-buffers@100000": 5, "probe-buffers@10000000": 6, "db-time/smallest-table": 1.1}}, nil, true},
+		{"the probe's buffers 5 → 9", Metrics{"BenchmarkRelayIdleTick": {"statements/smallest-table": 1, "probe-buffers@100000": 5, "probe-buffers@10000000": 9, "db-time/smallest-table": 1.1}}, nil, false},
+		{"the buffers not reported", Metrics{"BenchmarkRelayIdleTick": {"statements/smallest-table": 1, "db-time/smallest-table": 1}}, nil, false},
+	})
 }
 
 func TestLatencyRowJudgesTheReportedAndUnreportedP99(t *testing.T) {
@@ -222,45 +193,48 @@ func TestLatencyRowJudgesTheReportedAndUnreportedP99(t *testing.T) {
 // The deliver rows: throughput at least 0.6 × the bare loop, the claim's
 // buffers beside 1M acked rows at most 1.2 × beside 10k.
 func TestDeliverRowsJudgeTheirTargets(t *testing.T) {
-	byN := map[int]Row{}
-	for _, r := range Rows {
-		byN[r.N] = r
-	}
-	throughput, claim := byN[17], byN[18]
-	if !throughput.Judge(Metrics{"BenchmarkDeliverThroughput": {"deliver/bare": 0.63}}, nil).Met() {
-		t.Error("0.63 × the bare loop: not met, want met")
-	}
-	if throughput.Judge(Metrics{"BenchmarkDeliverThroughput": {"deliver/bare": 0.40}}, nil).Met() {
-		t.Error("0.40 × the bare loop: met, want missed")
-	}
-	if !claim.Judge(Metrics{"BenchmarkClaimBesideHistory": {"large/small": 1.11}}, nil).Met() {
-		t.Error("claim 1.11 × beside 1M: not met, want met")
-	}
-	if claim.Judge(Metrics{"BenchmarkClaimBesideHistory": {"large/small": 3}}, nil).Met() {
-		t.Error("claim 3 × beside 1M: met, want missed")
-	}
-	if claim.Judge(Metrics{}, nil).Met() {
-		t.Error("the claim not reported: met, want missed")
-	}
+	verdicts(t, 17, []verdict{
+		{"0.63 × the bare loop", Metrics{"BenchmarkDeliverThroughput": {"deliver/bare": 0.63}}, nil, true},
+		{"0.40 × the bare loop", Metrics{"BenchmarkDeliverThroughput": {"deliver/bare": 0.40}}, nil, false},
+	})
+	verdicts(t, 18, []verdict{
+		{"claim 1.11 × beside 1M", Metrics{"BenchmarkClaimBesideHistory": {"large/small": 1.11}}, nil, true},
+		{"claim 3 × beside 1M", Metrics{"BenchmarkClaimBesideHistory": {"large/small": 3}}, nil, false},
+		{"the claim not reported", Metrics{}, nil, false},
+	})
 }
 
 // The consumer row: polling p99 within its poll period, listening p99
 // within a tenth of a second.
 func TestConsumeRowJudgesBothModes(t *testing.T) {
-	i := slices.IndexFunc(Rows, func(r Row) bool { return r.N == 20 })
+	verdicts(t, 20, []verdict{
+		{"polling 908 ms, listening 7 ms", Metrics{"BenchmarkConsumeLatency": {"poll-p99-ms": 908, "listen-p99-ms": 7}}, nil, true},
+		{"listening 400 ms", Metrics{"BenchmarkConsumeLatency": {"poll-p99-ms": 908, "listen-p99-ms": 400}}, nil, false},
+		{"not reported", Metrics{}, nil, false},
+	})
+}
+
+// verdict is one run of a row's benchmarks and whether it meets the row.
+type verdict struct {
+	name string
+	m    Metrics
+	d    *Demo
+	met  bool
+}
+
+// verdicts judges each case with row n, one subtest a case.
+func verdicts(t *testing.T, n int, cases []verdict) {
+	t.Helper()
+	i := slices.IndexFunc(Rows, func(r Row) bool { return r.N == n })
 	if i < 0 {
-		t.Fatal("no row 20")
+		t.Fatalf("no row %d", n)
 	}
-	row := Rows[i]
-	both := map[string]float64{"poll-p99-ms": 908, "listen-p99-ms": 7}
-	if !row.Judge(Metrics{"BenchmarkConsumeLatency": both}, nil).Met() {
-		t.Error("polling 908 ms, listening 7 ms: not met, want met")
-	}
-	slow := map[string]float64{"poll-p99-ms": 908, "listen-p99-ms": 400}
-	if row.Judge(Metrics{"BenchmarkConsumeLatency": slow}, nil).Met() {
-		t.Error("listening 400 ms: met, want missed")
-	}
-	if row.Judge(Metrics{}, nil).Met() {
-		t.Error("not reported: met, want missed")
+	word := map[bool]string{true: "met", false: "missed"}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("row %d/%s", n, c.name), func(t *testing.T) {
+			if got := Rows[i].Judge(c.m, c.d).Met(); got != c.met {
+				t.Errorf("%s: %s, want %s", c.name, word[got], word[c.met])
+			}
+		})
 	}
 }

@@ -5,38 +5,16 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/outboxkeeper/outboxkeeper/infra/local"
 )
 
-// Demo is the part of the demo's summary (infra/cmd/demo, DEMO_SUMMARY)
-// rows 11 and 14 read.
-type Demo struct {
-	OK          bool    `json:"ok"`
-	Schedule    string  `json:"schedule"`
-	DurationS   float64 `json:"duration_s"`
-	HoldS       float64 `json:"hold_s"`
-	Publishers  int     `json:"publishers"`
-	GraceS      float64 `json:"grace_s"`
-	TickS       float64 `json:"tick_s"`
-	Committed   int     `json:"committed"`
-	RolledBack  int     `json:"rolled_back"`
-	Placeholder struct {
-		Reported   Latency `json:"reported"`
-		Unreported Latency `json:"unreported"`
-	} `json:"rollback_to_placeholder"`
-	Consumer struct {
-		Reported   Latency `json:"reported"`
-		Unreported Latency `json:"unreported"`
-	} `json:"rollback_to_consumer"`
-	Invocations map[string]int `json:"invocations"`
-}
-
-// Latency is one group of the demo's latencies, in seconds.
-type Latency struct {
-	N    int     `json:"n"`
-	P50  float64 `json:"p50_s"`
-	P99  float64 `json:"p99_s"`
-	MaxS float64 `json:"max_s"`
-}
+// Demo is the demo's summary (infra/cmd/demo, DEMO_SUMMARY) rows 11 and
+// 19 read; Latency one group of its latencies.
+type (
+	Demo    = local.DemoSummary
+	Latency = local.Latency
+)
 
 // Row is one line of the table: what is measured, against what, the
 // target, and how to judge a run.
@@ -80,23 +58,55 @@ type judge struct {
 	res Result
 }
 
-// at least: the figure must be at least min.
-func (j *judge) atLeast(bench, unit, label string, min float64, format string) {
-	j.compare(bench, unit, label, format, fmt.Sprintf("≥ %g", min), func(v float64) bool { return v >= min })
+// limit is one target on one benchmark's figure: the figure, its label
+// and format in the table, and the test it must pass.
+type limit struct {
+	bench, unit, label, format string
+	target                     string
+	ok                         func(float64) bool
+}
+
+// atLeast: the figure must be at least min.
+func atLeast(bench, unit, label string, min float64, format string) limit {
+	return limit{bench, unit, label, format, fmt.Sprintf("≥ %g", min), func(v float64) bool { return v >= min }}
 }
 
 // atMost: the figure must be at most max.
-func (j *judge) atMost(bench, unit, label string, max float64, format string) {
-	j.compare(bench, unit, label, format, fmt.Sprintf("≤ %g", max), func(v float64) bool { return v <= max })
+func atMost(bench, unit, label string, max float64, format string) limit {
+	return limit{bench, unit, label, format, fmt.Sprintf("≤ %g", max), func(v float64) bool { return v <= max }}
 }
 
-func (j *judge) compare(bench, unit, label, format, target string, ok func(float64) bool) {
-	v, found := j.m.Get(bench, unit)
+// within: the figure must be lo to hi, said as target.
+func within(bench, unit, label, format, target string, lo, hi float64) limit {
+	return limit{bench, unit, label, format, target, func(v float64) bool { return v >= lo && v <= hi }}
+}
+
+func (j *judge) check(l limit) {
+	v, found := j.m.Get(l.bench, l.unit)
 	if !found {
-		j.res.Checks = append(j.res.Checks, Check{What: label + ": not reported", Target: target, Missing: true})
+		j.res.Checks = append(j.res.Checks, Check{What: l.label + ": not reported", Target: l.target, Missing: true})
 		return
 	}
-	j.res.Checks = append(j.res.Checks, Check{What: label + " " + fmt.Sprintf(format, v), Target: target, OK: ok(v)})
+	j.res.Checks = append(j.res.Checks, Check{What: l.label + " " + fmt.Sprintf(l.format, v), Target: l.target, OK: l.ok(v)})
+}
+
+// limits is the Judge of a row whose targets are all limits: one check
+// each, in order, then every metric of each benchmark they name.
+func limits(ls ...limit) func(Metrics, *Demo) Result {
+	return func(m Metrics, _ *Demo) Result {
+		j := &judge{m: m}
+		var benches []string
+		for _, l := range ls {
+			j.check(l)
+			if !slices.Contains(benches, l.bench) {
+				benches = append(benches, l.bench)
+			}
+		}
+		for _, b := range benches {
+			j.detail(b)
+		}
+		return j.res
+	}
 }
 
 // detail lists a benchmark's every metric, for the row's section.
@@ -145,66 +155,44 @@ var Rows = []Row{
 	{1, "fill: 10,000 abandoned sequences in one burst",
 		"a per-row insert loop; the limit: one bare `INSERT ... SELECT generate_series` of the same placeholders",
 		"≥ 0.6 × the limit's rows/s; ≥ 20 × the loop",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atLeast("BenchmarkFillBurst", "fill/limit", "writes after the proof at", 0.6, "%.2f × the limit")
-			j.atLeast("BenchmarkFillBurst", "fill/loop", "", 20, "%.0f × the loop")
-			j.detail("BenchmarkFillBurst")
-			return j.res
-		}},
+		limits(
+			atLeast("BenchmarkFillBurst", "fill/limit", "writes after the proof at", 0.6, "%.2f × the limit"),
+			atLeast("BenchmarkFillBurst", "fill/loop", "", 20, "%.0f × the loop"))},
 	{2, "fill: 10,000 gaps scattered among 100,000 new sequences; a 200,000 gap appearing while the fill runs",
 		"the limit as in 1",
 		"one cycle each; writes after the proof ≥ 0.3 × the limit",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atMost("BenchmarkFillScatteredGaps", "cycles", "scattered:", 1, "%.0f cycle")
-			j.atLeast("BenchmarkFillScatteredGaps", "fill/limit", "", 0.3, "%.2f × the limit")
-			j.atMost("BenchmarkFillLiveGap", "cycles", "live gap:", 1, "%.0f cycle")
-			j.atLeast("BenchmarkFillLiveGap", "fill/limit", "", 0.3, "%.2f × the limit")
-			j.detail("BenchmarkFillScatteredGaps")
-			j.detail("BenchmarkFillLiveGap")
-			return j.res
-		}},
+		limits(
+			atMost("BenchmarkFillScatteredGaps", "cycles", "scattered:", 1, "%.0f cycle"),
+			atLeast("BenchmarkFillScatteredGaps", "fill/limit", "", 0.3, "%.2f × the limit"),
+			atMost("BenchmarkFillLiveGap", "cycles", "live gap:", 1, "%.0f cycle"),
+			atLeast("BenchmarkFillLiveGap", "fill/limit", "", 0.3, "%.2f × the limit"))},
 	{3, "sweep: 10,000 stuck delivered rows, beside 1M acked history rows",
 		"a per-row compare-and-set loop (the reference sweeper's); the limit: one bare `UPDATE` of the same rows",
 		"≥ 0.6 × the limit; ≥ 10 × the per-row loop; with the history ≤ 1.2 × without",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atLeast("BenchmarkResetStuck", "pass/limit", "", 0.6, "%.2f × the limit")
-			j.atLeast("BenchmarkResetStuck", "pass/per-row", "", 10, "%.1f × the loop")
-			j.atMost("BenchmarkResetStuck", "history/no-history", "with the history", 1.2, "%.2f × without")
-			j.detail("BenchmarkResetStuck")
-			return j.res
-		}},
+		limits(
+			atLeast("BenchmarkResetStuck", "pass/limit", "", 0.6, "%.2f × the limit"),
+			atLeast("BenchmarkResetStuck", "pass/per-row", "", 10, "%.1f × the loop"),
+			atMost("BenchmarkResetStuck", "history/no-history", "with the history", 1.2, "%.2f × without"))},
 	{4, "compensate: a batch of 10 reports × 100 sequences",
 		"each message with its own statements (its check, then one per sequence)",
 		"≤ 3 statements for the batch; ≥ 5 × faster",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atMost("BenchmarkBatch10x100", "set-stmts/batch", "", 3, "%.0f statements")
-			j.atLeast("BenchmarkBatch10x100", "per-message/set", "", 5, "%.1f × faster")
-			j.detail("BenchmarkBatch10x100")
-			return j.res
-		}},
+		limits(
+			atMost("BenchmarkBatch10x100", "set-stmts/batch", "", 3, "%.0f statements"),
+			atLeast("BenchmarkBatch10x100", "per-message/set", "", 5, "%.1f × faster"))},
 	{5, "healthy watching fill on tables of 100k, 1M and 10M rows",
 		"the pass on each size",
 		"statements per tick constant; time at 10M ≤ 1.5 × at 100k",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			// Constant: the same within a tenth (a writer's commit landing
-			// on one tick or the next moves the mean by that much).
-			j.compare("BenchmarkFillWatching", "statements/smallest-table", "statements per tick at 10M", "%.2f × at 100k", "within 1 ± 0.1",
-				func(v float64) bool { return v >= 0.9 && v <= 1.1 })
-			j.atMost("BenchmarkFillWatching", "db-time/smallest-table", "database time per tick at 10M", 1.5, "%.2f × at 100k")
-			j.detail("BenchmarkFillWatching")
-			return j.res
-		}},
+		// Constant: the same within a tenth (a writer's commit landing on
+		// one tick or the next moves the mean by that much).
+		limits(
+			within("BenchmarkFillWatching", "statements/smallest-table", "statements per tick at 10M", "%.2f × at 100k", "within 1 ± 0.1", 0.9, 1.1),
+			atMost("BenchmarkFillWatching", "db-time/smallest-table", "database time per tick at 10M", 1.5, "%.2f × at 100k"))},
 	{6, "prune: 1M acked deliveries and 1M events past retention",
 		"one bare `DELETE` of the same rows (per table)",
 		"≥ 0.5 × the limit's rows/s, never holding a lock longer than one batch",
 		func(m Metrics, _ *Demo) Result {
 			j := &judge{m: m}
-			j.atLeast("BenchmarkPrune", "prune/limit", "", 0.5, "%.2f × the limit")
+			j.check(atLeast("BenchmarkPrune", "prune/limit", "", 0.5, "%.2f × the limit"))
 			// Every statement of a pass is one batch and its own
 			// transaction: its longest statement is its longest lock.
 			longest, ok1 := m.Get("BenchmarkPrune", "longest-statement-ms")
@@ -223,22 +211,18 @@ var Rows = []Row{
 	{7, "`read_events` paging through 1M events (pages of 100, the consumer's own call)",
 		"a bare index range scan of the same rows, decoded the same",
 		"≥ 0.5 × the limit",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atLeast("BenchmarkReadEvents", "pgx-default-bare/read_events", "pgx's default pool:", 0.5, "%.2f × the limit")
-			j.atLeast("BenchmarkReadEvents", "pooler-safe-bare/read_events", "pooler-safe pool:", 0.5, "%.2f × the limit")
-			j.detail("BenchmarkReadEvents")
-			return j.res
-		}},
+		limits(
+			atLeast("BenchmarkReadEvents", "pgx-default-bare/read_events", "pgx's default pool:", 0.5, "%.2f × the limit"),
+			atLeast("BenchmarkReadEvents", "pooler-safe-bare/read_events", "pooler-safe pool:", 0.5, "%.2f × the limit"))},
 	{8, "publish: `shared/outbox` Publish and SQL `publish()`, notification off and on",
 		"a bare `INSERT ... DEFAULT nextval` in the same transaction shape, with fsync on (a throwaway durable cluster) and off (the test cluster)",
 		"≤ 1.2 × the bare insert with fsync on; the fsync-off ratio reported",
 		func(m Metrics, _ *Demo) Result {
 			j := &judge{m: m}
-			j.atMost("BenchmarkPublish", "fsync-on-go/bare", "fsync on, Go Publish:", 1.2, "%.2f × bare")
-			j.atMost("BenchmarkPublish", "fsync-on-sql/bare", "fsync on, publish():", 1.2, "%.2f × bare")
-			j.atMost("BenchmarkPublish", "fsync-on-go-notify/bare", "fsync on, Go Publish + notification:", 1.2, "%.2f × bare")
-			j.atMost("BenchmarkPublish", "fsync-on-sql-notify/bare", "fsync on, publish() + notification:", 1.2, "%.2f × bare")
+			j.check(atMost("BenchmarkPublish", "fsync-on-go/bare", "fsync on, Go Publish:", 1.2, "%.2f × bare"))
+			j.check(atMost("BenchmarkPublish", "fsync-on-sql/bare", "fsync on, publish():", 1.2, "%.2f × bare"))
+			j.check(atMost("BenchmarkPublish", "fsync-on-go-notify/bare", "fsync on, Go Publish + notification:", 1.2, "%.2f × bare"))
+			j.check(atMost("BenchmarkPublish", "fsync-on-sql-notify/bare", "fsync on, publish() + notification:", 1.2, "%.2f × bare"))
 			for _, arm := range []string{"go", "sql", "go-notify", "sql-notify"} {
 				if v, ok := m.Get("BenchmarkPublish", "fsync-off-"+arm+"/bare"); ok {
 					j.res.Detail = append(j.res.Detail, fmt.Sprintf("fsync off, %s: %.2f × bare", arm, v))
@@ -250,28 +234,17 @@ var Rows = []Row{
 	{9, "the pooler: every function's pass",
 		"the same pass straight to the server and through PgBouncer in transaction mode",
 		"≤ 1.3 × direct",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			for _, p := range []struct{ bench, name string }{
-				{"BenchmarkFillPooler", "fill"}, {"BenchmarkSweepPooler", "sweep"},
-				{"BenchmarkCompensatePooler", "compensate"}, {"BenchmarkPrunePooler", "prune"},
-			} {
-				j.atMost(p.bench, "pgbouncer/direct", p.name+":", 1.3, "%.2f × direct")
-				j.detail(p.bench)
-			}
-			return j.res
-		}},
+		limits(
+			atMost("BenchmarkFillPooler", "pgbouncer/direct", "fill:", 1.3, "%.2f × direct"),
+			atMost("BenchmarkSweepPooler", "pgbouncer/direct", "sweep:", 1.3, "%.2f × direct"),
+			atMost("BenchmarkCompensatePooler", "pgbouncer/direct", "compensate:", 1.3, "%.2f × direct"),
+			atMost("BenchmarkPrunePooler", "pgbouncer/direct", "prune:", 1.3, "%.2f × direct"))},
 	{10, "cold start and size",
 		"process start → first response of each real bootstrap under aws-lambda-rie; each binary as `sam build` makes it (linux/arm64, stripped)",
 		"init ≤ 30 ms; each binary ≤ 12 MB",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atMost("BenchmarkColdStart", "slowest-init-ms", "slowest init", 30, "%.1f ms")
-			j.atMost("BenchmarkBinarySize", "largest-bytes", "largest binary", 12*mb, "%.0f B")
-			j.detail("BenchmarkColdStart")
-			j.detail("BenchmarkBinarySize")
-			return j.res
-		}},
+		limits(
+			atMost("BenchmarkColdStart", "slowest-init-ms", "slowest init", 30, "%.1f ms"),
+			atMost("BenchmarkBinarySize", "largest-bytes", "largest binary", 12*mb, "%.0f B"))},
 	{11, "end-to-end latency in the local stack, on the template's schedules, no older transaction open",
 		"rollback → placeholder visible, reported (SQS) and unreported (fill); rollback → consumer past the sequence",
 		"reported p99 ≤ 1 s; unreported p99 ≤ grace + tick + 1 s",
@@ -308,10 +281,10 @@ var Rows = []Row{
 		func(m Metrics, _ *Demo) Result {
 			j := &judge{m: m}
 			for _, s := range coldStatements {
-				j.atMost(s.bench, s.key+"-big/small", s.name+":", 12, "%.1f × the small batch")
+				j.check(atMost(s.bench, s.key+"-big/small", s.name+":", 12, "%.1f × the small batch"))
 			}
-			j.atMost("BenchmarkColdStatistics", "excess-nodes", "plan nodes over the bound:", 0, "%.0f")
-			j.atMost("BenchmarkColdCheck", "excess-nodes", "in the check:", 0, "%.0f")
+			j.check(atMost("BenchmarkColdStatistics", "excess-nodes", "plan nodes over the bound:", 0, "%.0f"))
+			j.check(atMost("BenchmarkColdCheck", "excess-nodes", "in the check:", 0, "%.0f"))
 			if v, ok := m.Get("BenchmarkColdStatistics", "sweep-pass/bare"); ok {
 				j.res.Detail = append(j.res.Detail, fmt.Sprintf("the sweep's pass over the cold stuck rows (batches of 1,000): %.2f × one bare UPDATE of them", v))
 			}
@@ -324,7 +297,7 @@ var Rows = []Row{
 		"≤ 1.2 × the bare insert with fsync on; the fsync-off and notification ratios reported",
 		func(m Metrics, _ *Demo) Result {
 			j := &judge{m: m}
-			j.atMost("BenchmarkInsert", "fsync-on-insert/bare", "fsync on:", 1.2, "%.2f × bare")
+			j.check(atMost("BenchmarkInsert", "fsync-on-insert/bare", "fsync on:", 1.2, "%.2f × bare"))
 			for _, arm := range []string{"fsync-off-insert", "fsync-on-insert-notify", "fsync-off-insert-notify"} {
 				if v, ok := m.Get("BenchmarkInsert", arm+"/bare"); ok {
 					j.res.Detail = append(j.res.Detail, fmt.Sprintf("%s: %.2f × bare", strings.ReplaceAll(arm, "-", " "), v))
@@ -336,28 +309,19 @@ var Rows = []Row{
 	{14, "relay: a backlog of 100,000 committed events to an SQS queue (fauxqs), one bounded pass at `RELAY_CONCURRENCY=4`",
 		"a bare `SendMessageBatch` loop sending the same pre-built envelopes in calls of ten, with the same client and concurrency and no database (`sqstest.BareSend`, as `BenchmarkBareSend`'s baseline)",
 		"≥ 0.7 × the bare loop's messages/s",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atLeast("BenchmarkRelayThroughput", "relay/bare", "", 0.7, "%.2f × the bare loop")
-			j.detail("BenchmarkRelayThroughput")
-			return j.res
-		}},
+		limits(
+			atLeast("BenchmarkRelayThroughput", "relay/bare", "", 0.7, "%.2f × the bare loop"))},
 	{15, "relay: commit → message visible in an SQS queue, a watching relay on the template's settings (`RELAY_TICK=200ms`), no older transaction open",
 		"one event committed every 20 to 120 ms, read by a consumer long-polling the queue",
 		"p99 ≤ 1 s",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atMost("BenchmarkRelayLatency", "p99-ms", "p99", 1000, "%.0f ms")
-			j.detail("BenchmarkRelayLatency")
-			return j.res
-		}},
+		limits(
+			atMost("BenchmarkRelayLatency", "p99-ms", "p99", 1000, "%.0f ms"))},
 	{16, "relay: a watching relay's idle tick, caught up at the head of tables of 100k and 10M events",
 		"the same watching pass on each size",
 		"statements per tick constant; the probe's buffers constant but for the primary key's depth (one page a B-tree level); database time per tick at 10M ≤ 1.5 × at 100k",
 		func(m Metrics, _ *Demo) Result {
 			j := &judge{m: m}
-			constant := func(v float64) bool { return v >= 0.9 && v <= 1.1 }
-			j.compare("BenchmarkRelayIdleTick", "statements/smallest-table", "statements per tick at 10M", "%.2f × at 100k", "within 1 ± 0.1", constant)
+			j.check(within("BenchmarkRelayIdleTick", "statements/smallest-table", "statements per tick at 10M", "%.2f × at 100k", "within 1 ± 0.1", 0.9, 1.1))
 			// A probe of the primary key reads one page per level of the
 			// B-tree, which is one level deeper at 10M rows than at 100k:
 			// everything else the tick reads is a row or two.
@@ -371,28 +335,20 @@ var Rows = []Row{
 				c.OK = large-small <= 1
 			}
 			j.res.Checks = append(j.res.Checks, c)
-			j.atMost("BenchmarkRelayIdleTick", "db-time/smallest-table", "database time per tick at 10M", 1.5, "%.2f × at 100k")
+			j.check(atMost("BenchmarkRelayIdleTick", "db-time/smallest-table", "database time per tick at 10M", 1.5, "%.2f × at 100k"))
 			j.detail("BenchmarkRelayIdleTick")
 			return j.res
 		}},
 	{17, "deliver: 10,000 pending deliveries to one SQS queue (fauxqs), one bounded pass, `DELIVER_CONCURRENCY=8`, `DELIVER_BATCH_LIMIT=1000`",
 		"a bare `SendMessageBatch` loop sending the same messages with the same client and concurrency, no database",
 		"≥ 0.6 × the bare loop's messages/s",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atLeast("BenchmarkDeliverThroughput", "deliver/bare", "", 0.6, "%.2f × the bare loop")
-			j.detail("BenchmarkDeliverThroughput")
-			return j.res
-		}},
+		limits(
+			atLeast("BenchmarkDeliverThroughput", "deliver/bare", "", 0.6, "%.2f × the bare loop"))},
 	{18, "deliver: the claim statement's cost per batch of 100 beside acked history",
 		"the same claim beside 10,000 and beside 1,000,000 acked rows, 1,000 pending, vacuumed",
 		"the same buffers per batch (≤ 1.2 ×)",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atMost("BenchmarkClaimBesideHistory", "large/small", "buffers per batch beside 1M", 1.2, "%.2f × beside 10k")
-			j.detail("BenchmarkClaimBesideHistory")
-			return j.res
-		}},
+		limits(
+			atMost("BenchmarkClaimBesideHistory", "large/small", "buffers per batch beside 1M", 1.2, "%.2f × beside 10k"))},
 	{19, "the latencies to beat, in the local stack on the template's settings (its schedules, grace, tick and the compensate event source's batch size, window and concurrency), no older transaction open",
 		"a resident daemon's: obix's in-process filler closes a gap in about 2 s, Marten's async daemon in about 3 s",
 		"reported rollback → placeholder p99 ≤ 0.5 s; unreported rollback → consumer past it p99 ≤ 1 s; the cost in compensate invocations per 1,000 reported rollbacks reported",
@@ -418,13 +374,9 @@ var Rows = []Row{
 	{20, "the consumer side: commit → `Consume`'s handler with the library's defaults, polling (the notification off, `Poll` 1 s) and listening (the notification on, `Listen` set), one event committed every 20 to 120 ms, no older transaction open",
 		"the same events and the same handler in both modes; the relay's commit → queue is row 15",
 		"polling p99 ≤ 1 s (its poll period); listening p99 ≤ 0.1 s",
-		func(m Metrics, _ *Demo) Result {
-			j := &judge{m: m}
-			j.atMost("BenchmarkConsumeLatency", "poll-p99-ms", "polling p99", 1000, "%.0f ms")
-			j.atMost("BenchmarkConsumeLatency", "listen-p99-ms", "listening p99", 100, "%.1f ms")
-			j.detail("BenchmarkConsumeLatency")
-			return j.res
-		}},
+		limits(
+			atMost("BenchmarkConsumeLatency", "poll-p99-ms", "polling p99", 1000, "%.0f ms"),
+			atMost("BenchmarkConsumeLatency", "listen-p99-ms", "listening p99", 100, "%.1f ms"))},
 }
 
 // coldStatements are row 12's statements: the benchmark that runs each,

@@ -83,12 +83,19 @@ func (w *writer) commit(ctx context.Context) {
 		}
 		return w.enqueue(ctx, tx, seqs)
 	})
+	w.committed("commit", seqs, err)
+}
+
+// committed records a transaction that published seqs and enqueued a
+// delivery of them, or, on err, its failure as what; it says which.
+func (w *writer) committed(what string, seqs []int64, err error) bool {
 	if err != nil {
-		w.l.fail("commit", err)
-		return
+		w.l.fail(what, err)
+		return false
 	}
 	w.l.commit(seqs)
 	w.l.enqueued.Add(1)
+	return true
 }
 
 func (w *writer) enqueue(ctx context.Context, tx *outbox.Tx, seqs []int64) error {
@@ -163,13 +170,9 @@ func (w *writer) savepoint(ctx context.Context) {
 		at = time.Now()
 		return w.enqueue(ctx, tx, kept)
 	})
-	if err != nil {
-		w.l.fail("savepoint", err)
-		return
+	if w.committed("savepoint", kept, err) {
+		w.l.abandon(lost, at, true, "savepoint")
 	}
-	w.l.commit(kept)
-	w.l.enqueued.Add(1)
-	w.l.abandon(lost, at, true, "savepoint")
 }
 
 // holder opens a transaction, publishes, holds it for `hold`, and rolls

@@ -46,11 +46,7 @@ type Status struct {
 
 // ReadStatus reads every relay of schema, by name.
 func ReadStatus(ctx context.Context, q store.Querier, schema string) ([]Status, error) {
-	rows, err := q.Query(ctx, SQL.Statement("status", schema))
-	if err != nil {
-		return nil, fmt.Errorf("read the relays' status: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Status, error) {
+	out, err := store.Rows(ctx, q, SQL.Statement("status", schema), nil, func(r pgx.CollectableRow) (Status, error) {
 		var s Status
 		err := r.Scan(&s.Relay, &s.Position, &s.Head, &s.LastCommit, &s.Parked, &s.Failing, &s.Resend)
 		if s.Position != nil {
@@ -96,11 +92,8 @@ func (p Parked) State() string {
 // ListParked lists the parked events of relay (every relay when empty);
 // all adds those re-sent and those still tried.
 func ListParked(ctx context.Context, q store.Querier, schema, relay string, all bool, limit int) ([]Parked, error) {
-	rows, err := q.Query(ctx, SQL.Statement("list", schema), pgx.NamedArgs{"relay": nullIfEmpty(relay), "all": all, "limit": limit})
-	if err != nil {
-		return nil, fmt.Errorf("list parked events: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Parked])
+	out, err := store.Rows(ctx, q, SQL.Statement("list", schema),
+		pgx.StrictNamedArgs{"relay": nullIfEmpty(relay), "all": all, "limit": limit}, pgx.RowToStructByPos[Parked])
 	if err != nil {
 		return nil, fmt.Errorf("list parked events: %w", err)
 	}
@@ -121,12 +114,8 @@ func RequestResend(ctx context.Context, q store.Querier, schema, relay string, s
 	if sequences == nil {
 		sequences = []int64{}
 	}
-	rows, err := q.Query(ctx, SQL.Statement("request_resend", schema),
-		pgx.NamedArgs{"relay": nullIfEmpty(relay), "all": all, "sequences": sequences})
-	if err != nil {
-		return nil, fmt.Errorf("request the re-send of parked events: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Requested])
+	out, err := store.Rows(ctx, q, SQL.Statement("request_resend", schema),
+		pgx.StrictNamedArgs{"relay": nullIfEmpty(relay), "all": all, "sequences": sequences}, pgx.RowToStructByPos[Requested])
 	if err != nil {
 		return nil, fmt.Errorf("request the re-send of parked events: %w", err)
 	}
