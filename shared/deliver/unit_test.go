@@ -120,3 +120,28 @@ func TestConfigNamesTheFieldItRefuses(t *testing.T) {
 		t.Errorf("the default Config: %v", err)
 	}
 }
+
+// The feed hands out a FIFO group's calls one at a time and in the order
+// they came: a call is passed over while a call carrying one of its groups
+// is in flight, or still waits ahead of it.
+func TestFeedKeepsAGroupsCallsOneAtATimeInOrder(t *testing.T) {
+	f := newFeed(t.Context(), nil, time.Now().Add(time.Minute), 0, time.Now, nil)
+	defer f.close()
+	b := &batch{left: 4}
+	mk := func(groups ...string) *call { return &call{b: b, groups: groups} }
+	inFlight, ahead, free, behind := mk("q\x00a"), mk("q\x00a", "q\x00b"), mk("q\x00c"), mk("q\x00b")
+	f.queue = []*call{inFlight, ahead, free, behind}
+	if c := f.take(); c != inFlight {
+		t.Fatalf("the first take is not the first call")
+	}
+	if c := f.take(); c != free {
+		t.Errorf("with group a in flight, the take is not the call of group c alone")
+	}
+	if i := f.next(); i != -1 {
+		t.Errorf("the call of group b behind a waiting call of group b may go (index %d)", i)
+	}
+	f.done(inFlight, nil)
+	if c := f.take(); c != ahead {
+		t.Errorf("once group a returned, the take is not the call of groups a and b")
+	}
+}
