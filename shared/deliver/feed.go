@@ -19,8 +19,6 @@ type feed struct {
 	cancel context.CancelFunc
 	settle func(acked, gone []int64) settled
 	now    func() time.Time
-	// low is how few calls may wait untaken before the next claim is sent.
-	low int
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -32,8 +30,10 @@ type feed struct {
 	busy     map[string]bool
 	closed   bool
 	tally    tally
-	// last is how long the last batch took, its claim to its last call.
-	last time.Duration
+	// last is how long the last batch took, its claim to its last call;
+	// calls is how many calls the last claim came to.
+	last  time.Duration
+	calls int
 	// wake is signalled whenever a call is taken or returns.
 	wake chan struct{}
 
@@ -58,15 +58,11 @@ type batch struct {
 	outs  []outcome
 }
 
-// lowWater is the queue length that sends the next claim: two calls a
-// worker, so the claim's answer is back before the workers run dry.
-func lowWater(concurrency int) int { return 2 * concurrency }
-
 func newFeed(ctx context.Context, p *pusher, end time.Time, concurrency int, now func() time.Time,
 	settle func(acked, gone []int64) settled) *feed {
 	pctx, cancel := context.WithDeadline(ctx, end.Add(-settleReserve))
 	f := &feed{
-		pusher: p, pctx: pctx, cancel: cancel, settle: settle, now: now, low: lowWater(concurrency),
+		pusher: p, pctx: pctx, cancel: cancel, settle: settle, now: now,
 		busy: map[string]bool{}, wake: make(chan struct{}, 1),
 	}
 	f.cond = sync.NewCond(&f.mu)
@@ -90,6 +86,7 @@ func (f *feed) add(start time.Time, ds []delivery) {
 	calls := f.pusher.calls(ds)
 	b := &batch{start: start, left: len(calls)}
 	f.mu.Lock()
+	f.calls = len(calls)
 	for _, c := range calls {
 		c.b = b
 		f.queue = append(f.queue, c)
@@ -205,18 +202,18 @@ func (f *feed) signal() {
 	}
 }
 
-// load is how many calls wait untaken, how many are in flight, and how
-// long the last batch took.
-func (f *feed) load() (queued, inflight int, last time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.queue), f.inflight, f.last
+// load is what the feed has in hand.
+type load struct {
+	// queued calls wait untaken, inflight are taken; calls is how many
+	// the last claim came to, last how long the last batch took.
+	queued, inflight, calls int
+	last                    time.Duration
 }
 
-// empty says nothing is waiting or in flight (settles aside).
-func (f *feed) empty() bool {
-	q, n, _ := f.load()
-	return q+n == 0
+func (f *feed) load() load {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return load{queued: len(f.queue), inflight: f.inflight, calls: f.calls, last: f.last}
 }
 
 // err is the first settle's error, if any.

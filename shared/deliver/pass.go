@@ -213,17 +213,24 @@ func (p *invocation) step(ctx context.Context) (step, error) {
 // for two more batches like the last (what a claim takes is pushed before
 // the pass ends).
 func (p *invocation) mayClaim() bool {
-	queued, inflight, last := p.feed.load()
-	return claimNow(queued, inflight, p.feed.low, p.more, p.hold.Successor, p.run.Left(), last)
+	return claimNow(p.feed.load(), p.s.cfg.Concurrency, p.more, p.hold.Successor, p.run.Left())
 }
 
-// claimNow is mayClaim's decision.
-func claimNow(queued, inflight, low int, more, successor bool, left, last time.Duration) bool {
-	if queued+inflight == 0 {
+// claimNow is mayClaim's decision. One claim at a time: two at once
+// could each take rows of one FIFO group, and the later rows could then
+// be pushed first.
+func claimNow(l load, concurrency int, more, successor bool, left time.Duration) bool {
+	if l.queued+l.inflight == 0 {
 		return true
 	}
-	return more && !successor && queued <= low && left >= 2*last+time.Second
+	return more && !successor && l.queued <= lowWater(concurrency, l.calls) && left >= 2*l.last+time.Second
 }
+
+// lowWater is how few calls may wait before the next claim goes out: two
+// a worker, so its answer is back before they run dry, and at least the
+// last claim's, so a claim's round trip overlaps a whole batch of pushes.
+// A claimed row therefore waits behind at most two batches.
+func lowWater(concurrency, calls int) int { return max(2*concurrency, calls) }
 
 // batch claims one batch and feeds its live deliveries to the pushes, and
 // says how many rows the claim took.

@@ -102,9 +102,16 @@ type call struct {
 func (p *pusher) calls(ds []delivery) []*call {
 	var out, hooks []*call
 	byTarget := map[string][]delivery{}
+	// A batch names a few targets many times: each is judged once.
+	webhook := map[string]bool{}
 	var order []string
 	for _, d := range ds {
-		if recipients.IsWebhook(d.Target) {
+		hook, ok := webhook[d.Target]
+		if !ok {
+			hook = recipients.IsWebhook(d.Target)
+			webhook[d.Target] = hook
+		}
+		if hook {
 			hooks = append(hooks, &call{ds: []delivery{d}})
 			continue
 		}
