@@ -173,18 +173,7 @@ func TestAHandOverMidBacklogPushesWhatWasClaimedFirst(t *testing.T) {
 	if late.Delivered == 0 {
 		t.Errorf("the second pass delivered nothing after the hand-over")
 	}
-	seen := map[string]int{}
-	for _, r := range rcv.Requests() {
-		seen[r.Header.Get(HeaderDeliveryID)]++
-	}
-	if len(seen) != n {
-		t.Errorf("%d distinct deliveries arrived, want %d", len(seen), n)
-	}
-	for id, k := range seen {
-		if k != 1 {
-			t.Errorf("delivery %s arrived %d times, want once", id, k)
-		}
-	}
+	wantEachOnce(t, rcv, n)
 	if open := testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state <> 'acked'`); open != 0 {
 		t.Errorf("%d deliveries are not acked, want none", open)
 	}
