@@ -8,10 +8,11 @@ import (
 )
 
 // feed is a pass's pipeline of pushes: each claim's deliveries go in as
-// calls (calls), DELIVER_CONCURRENCY workers take calls one at a time for
-// as long as there are any, and a batch's settle goes out as soon as the
-// last call of that batch returns. So no lane waits for the slowest call of
-// a batch, and the next claim overlaps the pushes of the last.
+// calls (pusher.calls), DELIVER_CONCURRENCY workers take calls one at a
+// time for as long as there are any, and a batch's settle goes out as soon
+// as the last call of that batch returns. So no worker waits for the
+// slowest call of a batch, and the next claim overlaps the pushes of the
+// last.
 type feed struct {
 	pusher *pusher
 	// pctx bounds every push: the budget's end less settleReserve.
@@ -34,7 +35,8 @@ type feed struct {
 	// calls is how many calls the last claim came to.
 	last  time.Duration
 	calls int
-	// wake is signalled whenever a call is taken or returns.
+	// wake is signalled whenever a call is taken or returns, or a settle
+	// is counted.
 	wake chan struct{}
 
 	workers sync.WaitGroup
@@ -58,6 +60,8 @@ type batch struct {
 	outs  []outcome
 }
 
+// newFeed starts concurrency workers pushing within ctx until the budget's
+// end less settleReserve; settle sends one batch's settle statement.
 func newFeed(ctx context.Context, p *pusher, end time.Time, concurrency int, now func() time.Time,
 	settle func(acked, gone []int64) settled) *feed {
 	pctx, cancel := context.WithDeadline(ctx, end.Add(-settleReserve))

@@ -57,7 +57,7 @@ type pusherConfig struct {
 	now         func() time.Time
 }
 
-// pusher pushes a batch's deliveries to their targets: AWS targets
+// pusher cuts a batch into calls and makes them: AWS targets
 // through shared/target's Senders (one per target, kept across passes),
 // webhooks as signed POSTs. It never retries: a failed push stays
 // delivered, and the sweep redelivers it.
