@@ -17,9 +17,11 @@ var deadCommand = &command{
 	summary: "list dead deliveries, and put them back to pending",
 	help: `A delivery is dead when its recipient received it SWEEP_MAX_REDELIVERIES times
 (default 10) without acknowledging: the sweep stops resetting it, and the
-SweepDeadLettered alarm fires. Fix the recipient first, then retry: a retried
-row is pending again with its redeliveries back at 0, so the relay delivers it
-and the sweep gives it every try afresh.`,
+SweepDeadLettered alarm fires. The deliver function also makes a delivery dead,
+with its reason: unknown_recipient, recipient_disabled, or gone (a webhook
+answered 410). Fix the recipient first, then retry: a retried row is pending
+again with its redeliveries back at 0, so the relay delivers it and the sweep
+gives it every try afresh.`,
 	sub: []*command{deadList, deadRetry},
 }
 
@@ -34,8 +36,10 @@ var deadList = &command{
 	summary: "dead deliveries, newest first",
 	help: `Lists dead deliveries, newest first: id, recipient, kind, tenant, how often
 they were pushed (attempts) and reset by the sweep (redeliveries), when they
-were created, last pushed and declared dead. Never the payload. Prune deletes
-dead rows after PRUNE_DEAD_AFTER (default 168h).`,
+were created, last pushed and declared dead, and why (REASON: the deliver
+function's unknown_recipient, recipient_disabled or gone; - for a row the sweep
+made dead at SWEEP_MAX_REDELIVERIES, null in --json). Never the payload. Prune
+deletes dead rows after PRUNE_DEAD_AFTER (default 168h).`,
 	flags: func(fs *flag.FlagSet) any {
 		f := &deadListFlags{}
 		addDBFlags(fs, &f.dbFlags)
@@ -62,14 +66,18 @@ dead rows after PRUNE_DEAD_AFTER (default 168h).`,
 			}
 			var out [][]string
 			for _, d := range rows {
-				tenant := "-"
+				var tenant, reason string
 				if d.TenantID != nil {
 					tenant = *d.TenantID
 				}
-				out = append(out, []string{strconv.FormatInt(d.ID, 10), d.Recipient, d.Kind, tenant,
-					strconv.Itoa(d.Attempts), strconv.Itoa(d.Redeliveries), stamp(&d.CreatedAt), stamp(d.DeliveredAt), stamp(&d.DeadAt)})
+				if d.DeadReason != nil {
+					reason = *d.DeadReason
+				}
+				out = append(out, []string{strconv.FormatInt(d.ID, 10), d.Recipient, d.Kind, orDash(tenant),
+					strconv.Itoa(d.Attempts), strconv.Itoa(d.Redeliveries), stamp(&d.CreatedAt), stamp(d.DeliveredAt), stamp(&d.DeadAt),
+					orDash(reason)})
 			}
-			if err := table(e.stdout, []string{"ID", "RECIPIENT", "KIND", "TENANT", "ATTEMPTS", "REDELIVERIES", "CREATED", "LAST PUSHED", "DEAD SINCE"}, out); err != nil {
+			if err := table(e.stdout, []string{"ID", "RECIPIENT", "KIND", "TENANT", "ATTEMPTS", "REDELIVERIES", "CREATED", "LAST PUSHED", "DEAD SINCE", "REASON"}, out); err != nil {
 				return err
 			}
 			if len(rows) == f.limit {

@@ -187,6 +187,10 @@ type DeadDelivery struct {
 	CreatedAt    time.Time  `json:"created_at"`
 	DeliveredAt  *time.Time `json:"delivered_at"`
 	DeadAt       time.Time  `json:"dead_at"`
+	// DeadReason is why the deliver function made it dead
+	// (unknown_recipient, recipient_disabled, gone); nil for a row the
+	// sweep made dead at SWEEP_MAX_REDELIVERIES.
+	DeadReason *string `json:"dead_reason"`
 }
 
 // DeliveryCounts are the figures of `outboxkeeper status`.

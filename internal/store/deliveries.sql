@@ -140,7 +140,9 @@ FROM (SELECT count(*) FILTER (WHERE state = 'pending') AS pending,
 
 -- name: list_dead
 -- Newest first, through deliveries_dead_idx; @older_than_us 0 lists any.
-SELECT id, recipient, kind, tenant_id, attempts, redeliveries, created_at, delivered_at, dead_at
+-- dead_reason is the deliver function's; NULL for the sweep's (its
+-- redelivery limit).
+SELECT id, recipient, kind, tenant_id, attempts, redeliveries, created_at, delivered_at, dead_at, dead_reason
 FROM {{schema}}.deliveries
 WHERE state = 'dead' AND dead_at <= now() - @older_than_us::bigint * interval '1 microsecond'
 ORDER BY dead_at DESC, id DESC

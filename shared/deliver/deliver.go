@@ -3,8 +3,9 @@
 // deliveries in one statement (deliver_claim: FOR UPDATE SKIP LOCKED,
 // DELIVER_BATCH_LIMIT rows, each moved to delivered, or to dead when its
 // recipient is unknown or disabled), pushes them to their recipients'
-// targets concurrently (DELIVER_CONCURRENCY), and acks what each target
-// accepted. A push that fails leaves its row delivered: the sweep
+// targets concurrently (DELIVER_CONCURRENCY workers taking calls from one
+// pipeline for the whole pass, feed.go), and acks what each target
+// accepted, a batch as soon as its last call returns. A push that fails leaves its row delivered: the sweep
 // redelivers it, or dead-letters it, exactly as for any lost push.
 //
 // A recipient is a name; its target is a row of <schema>.recipients: an

@@ -295,18 +295,7 @@ func TestTwoPassesAtOnceDeliverEachRowOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	seen := map[string]int{}
-	for _, r := range rcv.Requests() {
-		seen[r.Header.Get(HeaderDeliveryID)]++
-	}
-	if len(seen) != n {
-		t.Errorf("%d distinct deliveries arrived, want %d", len(seen), n)
-	}
-	for id, k := range seen {
-		if k != 1 {
-			t.Errorf("delivery %s arrived %d times, want once", id, k)
-		}
-	}
+	wantEachOnce(t, rcv, n)
 	if acked := testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = 'acked'`); acked != n {
 		t.Errorf("%d acked, want %d", acked, n)
 	}

@@ -76,3 +76,21 @@ func enqueue(t *testing.T, db *testdb.DB, recipient, kind, payload string, tenan
 	t.Helper()
 	return testdb.Scalar[int64](t, db.Pool, `SELECT outbox.enqueue($1, $2, convert_to($3, 'UTF8'), $4)`, recipient, kind, payload, tenant)
 }
+
+// wantEachOnce checks that the receiver got n distinct deliveries, each
+// once.
+func wantEachOnce(t *testing.T, rcv *webhooktest.Receiver, n int) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, r := range rcv.Requests() {
+		seen[r.Header.Get(HeaderDeliveryID)]++
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct deliveries arrived, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("delivery %s arrived %d times, want once", id, k)
+		}
+	}
+}

@@ -47,13 +47,8 @@ type invocation struct {
 	res  *Result
 	// more says the last claim took a whole batch: claim again at once.
 	more bool
-	// next is the batch claimed while the last one was pushed, pushed
-	// before anything else; lastBatch is how long the last batch took.
-	next      []delivery
-	lastBatch time.Duration
-	// settling is the last batch's settle, still running while the next
-	// batch is claimed and pushed.
-	settling chan settled
+	// feed pushes what the claims took; one per hold of the lease.
+	feed *feed
 }
 
 // settled is what one settle statement did.
@@ -87,12 +82,35 @@ func (s *Service) RunOnce(ctx context.Context, _ json.RawMessage) (*Result, erro
 
 func (p *invocation) attempt(ctx context.Context) error {
 	return p.hold.Keep(ctx, !p.s.cfg.Bounded, p.acquire, func(ctx context.Context) error {
+		p.feed = newFeed(ctx, p.s.pusher, p.run.End, p.s.cfg.Concurrency, p.s.kit.Now, func(acked, gone []int64) settled {
+			// The acks go out whatever ctx does now: pushes that arrived
+			// must not be pushed again for want of this one statement.
+			a, g, err := p.s.settle(context.WithoutCancel(ctx), p.run.Q, acked, gone)
+			return settled{acked: a, gone: g, lost: int64(len(acked)+len(gone)) - a - g, err: err}
+		})
 		err := p.work(ctx)
-		if serr := p.waitSettle(); err == nil {
+		// Whatever ended the work, what was claimed is pushed (or fails at
+		// the budget, for the sweep) and settled before the pass goes on.
+		p.feed.close()
+		if serr := p.count(); err == nil {
 			err = serr
 		}
 		return err
 	})
+}
+
+// count adds what the feed's pushes and settles came to since the last
+// count to the result, and answers a settle's error.
+func (p *invocation) count() error {
+	t := p.feed.read()
+	p.res.Delivered += t.acked
+	p.res.Dead[ReasonGone] += t.gone
+	p.res.Lost += t.lost
+	p.res.PushFailed += t.failed
+	if t.lastError != "" {
+		p.res.LastError = t.lastError
+	}
+	return t.err
 }
 
 func (p *invocation) acquire(ctx context.Context) error {
@@ -107,6 +125,9 @@ type step int
 const (
 	idle step = iota
 	progress
+	// pushing: no claim now, the feed has enough in hand (or, ahead of
+	// the pushes, none may be sent).
+	pushing
 )
 
 // work delivers until the budget ends, a successor takes over, or (a
@@ -125,12 +146,13 @@ func (p *invocation) work(ctx context.Context) error {
 				return wrapUnlessLost("renew the lease", err)
 			}
 		}
-		if p.next != nil {
-			// A batch claimed ahead is pushed before the pass hands over
-			// or ends: left, it would wait for the sweep.
-			continue
-		}
 		if p.hold.Successor {
+			// What was claimed is pushed and settled before the hand-over:
+			// left, it would wait for the sweep.
+			p.feed.drain()
+			if err := p.count(); err != nil {
+				return err
+			}
 			done, err := p.hold.HandOver(ctx, p.s.rides.handOver, nil, nil)
 			p.res.HandedOver, p.res.TakenBack = p.hold.HandedOver, p.hold.TakenBack
 			if err != nil || done {
@@ -138,7 +160,7 @@ func (p *invocation) work(ctx context.Context) error {
 			}
 			continue
 		}
-		if out == progress {
+		if out != idle {
 			if !p.run.TimeLeft() {
 				return nil
 			}
@@ -151,11 +173,20 @@ func (p *invocation) work(ctx context.Context) error {
 }
 
 // step is one look for pending rows (the lease poll with its probe: one
-// statement while idle) and, when there are some, one batch. After a whole
-// batch there is no look: the pass claims again at once.
+// statement while idle) and, when there are some, one claim fed to the
+// pushes. After a whole batch there is no look: the pass claims again as
+// soon as the pushes in hand run low. While they do not, the step waits
+// for them, at most a tick.
 func (p *invocation) step(ctx context.Context) (step, error) {
+	if err := p.feed.err(); err != nil {
+		return 0, err
+	}
+	if !p.mayClaim() {
+		p.feed.wait(ctx, p.s.cfg.Tick)
+		return pushing, nil
+	}
 	p.res.Ticks++
-	if !p.more && p.next == nil {
+	if !p.more {
 		var pending bool
 		held, err := p.hold.Poll(ctx, &pending)
 		if err != nil {
@@ -176,22 +207,39 @@ func (p *invocation) step(ctx context.Context) (step, error) {
 	return progress, nil
 }
 
-// batch claims, pushes and settles one batch, and says how many rows the
-// claim took.
+// mayClaim says the next claim (or look) goes out now: at once when
+// nothing is in hand; ahead of the pushes in hand only after a whole
+// batch, when they run low, with no successor waiting, and with time left
+// for two more batches like the last (what a claim takes is pushed before
+// the pass ends).
+func (p *invocation) mayClaim() bool {
+	return claimNow(p.feed.load(), p.s.cfg.Concurrency, p.more, p.hold.Successor, p.run.Left())
+}
+
+// claimNow is mayClaim's decision. One claim at a time: two at once
+// could each take rows of one FIFO group, and the later rows could then
+// be pushed first.
+func claimNow(l load, concurrency int, more, successor bool, left time.Duration) bool {
+	if l.queued+l.inflight == 0 {
+		return true
+	}
+	return more && !successor && l.queued <= lowWater(concurrency, l.calls) && left >= 2*l.last+time.Second
+}
+
+// lowWater is how few calls may wait before the next claim goes out: two
+// a worker, so its answer is back before they run dry, and at least the
+// last claim's, so a claim's round trip overlaps a whole batch of pushes.
+// A claimed row therefore waits behind at most two batches.
+func lowWater(concurrency, calls int) int { return max(2*concurrency, calls) }
+
+// batch claims one batch and feeds its live deliveries to the pushes, and
+// says how many rows the claim took.
 func (p *invocation) batch(ctx context.Context) (int, error) {
 	start := p.s.kit.Now()
-	ds := p.next
-	p.next = nil
-	if ds == nil {
-		var err error
-		if ds, err = p.s.claim(ctx, p.run.Q, p.s.cfg.BatchLimit); err != nil {
-			return 0, err
-		}
+	ds, err := p.s.claim(ctx, p.run.Q, p.s.cfg.BatchLimit)
+	if err != nil || len(ds) == 0 {
+		return 0, err
 	}
-	if len(ds) == 0 {
-		return 0, nil
-	}
-	defer func() { p.lastBatch = p.s.kit.Now().Sub(start) }()
 	p.res.Batches++
 	p.res.Claimed += int64(len(ds))
 	live := ds[:0:0]
@@ -202,86 +250,8 @@ func (p *invocation) batch(ctx context.Context) (int, error) {
 		}
 		live = append(live, d)
 	}
-	if len(live) == 0 {
-		return len(ds), nil
-	}
-	ahead := p.claimAhead(ctx, len(ds))
-	pctx, cancel := context.WithDeadline(ctx, p.run.End.Add(-settleReserve))
-	outs := p.s.pusher.push(pctx, live)
-	cancel()
-	if ahead != nil {
-		r := <-ahead
-		if len(r.ds) > 0 {
-			p.next = r.ds
-		}
-		if r.err != nil {
-			_ = p.settleAfter(ctx, outs)
-			return len(ds), r.err
-		}
-	}
-	return len(ds), p.settleAfter(ctx, outs)
-}
-
-// waitSettle waits for the last batch's settle and counts what it did.
-func (p *invocation) waitSettle() error {
-	if p.settling == nil {
-		return nil
-	}
-	r := <-p.settling
-	p.settling = nil
-	p.res.Delivered += r.acked
-	p.res.Dead[ReasonGone] += r.gone
-	p.res.Lost += r.lost
-	return r.err
-}
-
-// claimed is a claim's answer.
-type claimed struct {
-	ds  []delivery
-	err error
-}
-
-// claimAhead claims the next batch while this one is pushed, so the
-// database's time and the targets' overlap: only after a whole batch,
-// with no successor waiting, and with time left for two more batches
-// like the last (what it claims is pushed before the pass ends).
-func (p *invocation) claimAhead(ctx context.Context, n int) <-chan claimed {
-	if n < p.s.cfg.BatchLimit || p.hold.Successor || p.run.Left() < 2*p.lastBatch+time.Second {
-		return nil
-	}
-	ch := make(chan claimed, 1)
-	go func() {
-		ds, err := p.s.claim(ctx, p.run.Q, p.s.cfg.BatchLimit)
-		ch <- claimed{ds, err}
-	}()
-	return ch
-}
-
-// settleAfter counts a batch's outcomes and settles them: in the
-// background, while the next batch is claimed and pushed, once the one
-// before is settled (its error, if any, is this one's).
-func (p *invocation) settleAfter(ctx context.Context, outs []outcome) error {
-	for _, o := range outs {
-		if o.result == pushFailed {
-			p.res.PushFailed++
-			p.res.LastError = o.reason
-		}
-	}
-	if err := p.waitSettle(); err != nil {
-		return err
-	}
-	acked, gone := split(outs)
-	if len(acked)+len(gone) == 0 {
-		return nil
-	}
-	p.settling = make(chan settled, 1)
-	go func() {
-		// The acks go out whatever ctx does now: pushes that arrived must
-		// not be pushed again for want of this one statement.
-		a, g, err := p.s.settle(context.WithoutCancel(ctx), p.run.Q, acked, gone)
-		p.settling <- settled{acked: a, gone: g, lost: int64(len(acked)+len(gone)) - a - g, err: err}
-	}()
-	return nil
+	p.feed.add(start, live)
+	return len(ds), nil
 }
 
 // claim runs one claim statement.

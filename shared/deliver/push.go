@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -56,7 +57,7 @@ type pusherConfig struct {
 	now         func() time.Time
 }
 
-// pusher pushes a batch's deliveries to their targets: AWS targets
+// pusher cuts a batch into calls and makes them: AWS targets
 // through shared/target's Senders (one per target, kept across passes),
 // webhooks as signed POSTs. It never retries: a failed push stays
 // delivered, and the sweep redelivers it.
@@ -78,16 +79,40 @@ func newPusher(cfg pusherConfig) *pusher {
 	}
 }
 
-// push pushes ds (all delivered, each with its target) and reports each,
-// within ctx: a push ctx ends is a failure.
-func (p *pusher) push(ctx context.Context, ds []delivery) []outcome {
-	out := make([]outcome, 0, len(ds))
+// call is one push a worker makes: up to a call's worth of deliveries to
+// one AWS target (more only when one FIFO group has more in the batch:
+// then its calls one after another, in order), or one webhook.
+type call struct {
+	b  *batch
+	ds []delivery
+	// sender is the AWS target's, nil for a webhook; err is why the
+	// target has none, and every delivery of the call fails without a
+	// push.
+	sender *target.Sender
+	err    error
+	// groups are the FIFO groups the call carries, each as target and
+	// group: never two calls carrying one in flight at once.
+	groups []string
+}
+
+// calls cuts one batch's deliveries (all delivered, each with its target)
+// into calls: per AWS target, in calls of its Limits' entries, a FIFO
+// group's deliveries of the batch all in one call, so after a failure
+// nothing later of its group goes (held); per webhook delivery, one call.
+func (p *pusher) calls(ds []delivery) []*call {
+	var out, hooks []*call
 	byTarget := map[string][]delivery{}
+	// A batch names a few targets many times: each is judged once.
+	webhook := map[string]bool{}
 	var order []string
-	var hooks []delivery
 	for _, d := range ds {
-		if recipients.IsWebhook(d.Target) {
-			hooks = append(hooks, d)
+		hook, ok := webhook[d.Target]
+		if !ok {
+			hook = recipients.IsWebhook(d.Target)
+			webhook[d.Target] = hook
+		}
+		if hook {
+			hooks = append(hooks, &call{ds: []delivery{d}})
 			continue
 		}
 		if byTarget[d.Target] == nil {
@@ -95,13 +120,72 @@ func (p *pusher) push(ctx context.Context, ds []delivery) []outcome {
 		}
 		byTarget[d.Target] = append(byTarget[d.Target], d)
 	}
-	// One target at a time, each Send as concurrent as the Sender is
-	// (DELIVER_CONCURRENCY), then the webhooks as concurrent: never more
-	// pushes in flight than the setting.
 	for _, t := range order {
-		out = append(out, p.sendAWS(ctx, t, byTarget[t])...)
+		out = append(out, p.targetCalls(t, byTarget[t])...)
 	}
-	return append(out, p.sendHooks(ctx, hooks)...)
+	return append(out, hooks...)
+}
+
+// targetCalls cuts one AWS target's deliveries into calls.
+func (p *pusher) targetCalls(raw string, ds []delivery) []*call {
+	s, err := p.sender(raw)
+	if err != nil {
+		return []*call{{ds: ds, err: err}}
+	}
+	per := s.Limits().Entries
+	var out []*call
+	if !s.Target().FIFO {
+		for chunk := range slices.Chunk(ds, per) {
+			out = append(out, &call{ds: chunk, sender: s})
+		}
+		return out
+	}
+	byGroup := map[string][]delivery{}
+	var groups []string
+	for _, d := range ds {
+		g := fifoGroup(d)
+		if byGroup[g] == nil {
+			groups = append(groups, g)
+		}
+		byGroup[g] = append(byGroup[g], d)
+	}
+	// Whole groups, packed into calls as full as they fit.
+	var cur *call
+	for _, g := range groups {
+		gds := byGroup[g]
+		if cur == nil || len(cur.ds)+len(gds) > per {
+			cur = &call{sender: s}
+			out = append(out, cur)
+		}
+		cur.ds = append(cur.ds, gds...)
+		cur.groups = append(cur.groups, raw+"\x00"+g)
+	}
+	return out
+}
+
+// fifoGroup is a delivery's group on a FIFO target: its tenant, the
+// recipient without one.
+func fifoGroup(d delivery) string {
+	if d.TenantID != nil && *d.TenantID != "" {
+		return *d.TenantID
+	}
+	return d.Recipient
+}
+
+// pushCall makes one call and reports each of its deliveries, within ctx:
+// a push ctx ends is a failure.
+func (p *pusher) pushCall(ctx context.Context, c *call) []outcome {
+	switch {
+	case c.err != nil:
+		out := make([]outcome, len(c.ds))
+		for i, d := range c.ds {
+			out[i] = outcome{id: d.ID, result: pushFailed, reason: c.err.Error()}
+		}
+		return out
+	case c.sender != nil:
+		return p.sendAWS(ctx, c.sender, c.ds)
+	}
+	return []outcome{p.sendHook(ctx, p.keys.get(), c.ds[0])}
 }
 
 // sender is the target's Sender, made at its first use.
@@ -115,7 +199,9 @@ func (p *pusher) sender(raw string) (*target.Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := target.New(p.cfg.aws, target.Config{Target: t, Source: "outboxkeeper." + p.cfg.schema, Concurrency: p.cfg.concurrency})
+	// One lane: the feed's workers are the concurrency, each Send one
+	// call at a time, so never more pushes in flight than the setting.
+	s, err := target.New(p.cfg.aws, target.Config{Target: t, Source: "outboxkeeper." + p.cfg.schema, Concurrency: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -136,15 +222,8 @@ func CheckARN(raw string) (target.Target, error) {
 	return t, nil
 }
 
-func (p *pusher) sendAWS(ctx context.Context, raw string, ds []delivery) []outcome {
+func (p *pusher) sendAWS(ctx context.Context, s *target.Sender, ds []delivery) []outcome {
 	out := make([]outcome, len(ds))
-	s, err := p.sender(raw)
-	if err != nil {
-		for i, d := range ds {
-			out[i] = outcome{id: d.ID, result: pushFailed, reason: err.Error()}
-		}
-		return out
-	}
 	fifo := s.Target().FIFO
 	msgs := make([]target.Message, len(ds))
 	for i, d := range ds {
@@ -152,10 +231,7 @@ func (p *pusher) sendAWS(ctx context.Context, raw string, ds []delivery) []outco
 		if fifo {
 			// A tenant's deliveries in order, each its own dedup id: a
 			// redelivery within the queue's window is dropped there.
-			msgs[i].Group = d.Recipient
-			if d.TenantID != nil && *d.TenantID != "" {
-				msgs[i].Group = *d.TenantID
-			}
+			msgs[i].Group = fifoGroup(d)
 			msgs[i].DedupID = p.cfg.schema + ":delivery:" + strconv.FormatInt(d.ID, 10)
 		}
 	}
@@ -207,26 +283,6 @@ func Envelope(d delivery) []byte {
 func writeJSON(b *bytes.Buffer, s string) {
 	j, _ := json.Marshal(s)
 	b.Write(j)
-}
-
-func (p *pusher) sendHooks(ctx context.Context, ds []delivery) []outcome {
-	out := make([]outcome, len(ds))
-	if len(ds) == 0 {
-		return out
-	}
-	keys := p.keys.get()
-	sem := make(chan struct{}, p.cfg.concurrency)
-	var wg sync.WaitGroup
-	for i, d := range ds {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			out[i] = p.sendHook(ctx, keys, d)
-		}()
-	}
-	wg.Wait()
-	return out
 }
 
 // sendHook POSTs one delivery: its payload as the body, its id,

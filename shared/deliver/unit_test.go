@@ -120,3 +120,59 @@ func TestConfigNamesTheFieldItRefuses(t *testing.T) {
 		t.Errorf("the default Config: %v", err)
 	}
 }
+
+// The feed hands out a FIFO group's calls one at a time and in the order
+// they came: a call is passed over while a call carrying one of its groups
+// is in flight, or still waits ahead of it.
+func TestFeedKeepsAGroupsCallsOneAtATimeInOrder(t *testing.T) {
+	f := newFeed(t.Context(), nil, time.Now().Add(time.Minute), 0, time.Now, nil)
+	defer f.close()
+	b := &batch{left: 4}
+	mk := func(groups ...string) *call { return &call{b: b, groups: groups} }
+	inFlight, ahead, free, behind := mk("q\x00a"), mk("q\x00a", "q\x00b"), mk("q\x00c"), mk("q\x00b")
+	f.queue = []*call{inFlight, ahead, free, behind}
+	if c := f.take(); c != inFlight {
+		t.Fatalf("the first take is not the first call")
+	}
+	if c := f.take(); c != free {
+		t.Errorf("with group a in flight, the take is not the call of group c alone")
+	}
+	if i := f.next(); i != -1 {
+		t.Errorf("the call of group b behind a waiting call of group b may go (index %d)", i)
+	}
+	f.done(inFlight, nil)
+	if c := f.take(); c != ahead {
+		t.Errorf("once group a returned, the take is not the call of groups a and b")
+	}
+}
+
+// The next claim goes out at once when nothing is in hand; ahead of the
+// pushes only after a whole batch, with no successor, once the calls
+// waiting are down to two a worker or the last claim's number, and with
+// time for two more batches like the last.
+func TestClaimNow(t *testing.T) {
+	const conc = 8
+	for _, c := range []struct {
+		name      string
+		l         load
+		more      bool
+		successor bool
+		left      time.Duration
+		want      bool
+	}{
+		{"nothing in hand", load{}, false, true, 0, true},
+		{"calls waiting, after a short batch", load{queued: 1, calls: 10}, false, false, time.Minute, false},
+		{"two calls a worker waiting", load{queued: 16, inflight: 8, calls: 10}, true, false, time.Minute, true},
+		{"more than two a worker waiting", load{queued: 17, inflight: 8, calls: 10}, true, false, time.Minute, false},
+		{"a large batch's worth waiting", load{queued: 100, inflight: 8, calls: 100}, true, false, time.Minute, true},
+		{"more than a large batch's worth", load{queued: 101, inflight: 8, calls: 100}, true, false, time.Minute, false},
+		{"a successor waits", load{queued: 1, calls: 10}, true, true, time.Minute, false},
+		{"no time for two more batches", load{queued: 1, calls: 10, last: 2 * time.Second}, true, false, 4 * time.Second, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := claimNow(c.l, conc, c.more, c.successor, c.left); got != c.want {
+				t.Errorf("claimNow = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
