@@ -187,13 +187,9 @@ func (p *invocation) step(ctx context.Context) (step, error) {
 	}
 	p.res.Ticks++
 	if !p.more {
-		var pending bool
-		held, err := p.hold.Poll(ctx, &pending)
+		pending, err := p.hold.Look(ctx)
 		if err != nil {
 			return 0, err
-		}
-		if !held {
-			return 0, pass.ErrLeaseLost
 		}
 		if !pending {
 			return idle, nil

@@ -324,6 +324,20 @@ func (h *Holding) Poll(ctx context.Context, probe any) (held bool, err error) {
 	return held, nil
 }
 
+// Look is Poll with a yes-or-no probe (is there work?), for a pass whose
+// step ends when another pass has the lease: ErrLeaseLost then.
+func (h *Holding) Look(ctx context.Context) (bool, error) {
+	var found bool
+	held, err := h.Poll(ctx, &found)
+	if err != nil {
+		return false, err
+	}
+	if !held {
+		return false, ErrLeaseLost
+	}
+	return found, nil
+}
+
 // RenewDue says the lease wants renewing: a third of its period has
 // passed since the last renewal, or a predecessor waits for the first.
 func (h *Holding) RenewDue() bool {

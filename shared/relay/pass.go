@@ -177,13 +177,9 @@ func (p *invocation) work(ctx context.Context) error {
 func (p *invocation) step(ctx context.Context) (step, error) {
 	p.res.Ticks++
 	if p.st.cur == nil && !p.more {
-		var readable bool
-		held, err := p.hold.Poll(ctx, &readable)
+		readable, err := p.hold.Look(ctx)
 		if err != nil {
 			return 0, err
-		}
-		if !held {
-			return 0, pass.ErrLeaseLost
 		}
 		if !readable {
 			return idle, nil
