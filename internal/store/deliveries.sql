@@ -75,52 +75,19 @@ SELECT pg_notify({{schema_name}} || '_deliveries',
 
 -- name: prune
 -- One batch of the delivery prune (docs/design.md §6b), in its own
--- transaction. Every secondary index covers open rows only, so old acked
--- rows are found the way they were written, in id order. Retentions are in
--- microseconds, NULL to keep those rows, @shortest_us the shorter of the
--- two that are set; cutoffs are on the database clock, which stamped
--- acked_at and dead_at. It answers with what it deleted (acked, dead), the
--- next cursor (the range's last id) and whether the pass is done.
-WITH r AS MATERIALIZED (
-    -- The batch's range of ids: from the first after the cursor (one probe
-    -- of the primary key) to @batch ids on, so at most @batch rows.
-    SELECT (SELECT min(id) FROM {{schema}}.deliveries WHERE id > @cursor) AS first
-), gone AS (
-    -- One range scan of the primary key. The condition is checked again on
-    -- a row's latest version when another session changed it meanwhile
-    -- (READ COMMITTED), so a row moved back to pending since the snapshot
-    -- stays: never an open delivery. No row lock: an overlapping pass waits
-    -- for this one statement, then finds the rows gone and counts nothing.
-    DELETE FROM {{schema}}.deliveries AS d USING r
-    WHERE d.id >= r.first AND d.id < r.first + @batch
-      AND ((d.state = 'acked' AND @acked_us::bigint IS NOT NULL
-                AND d.acked_at < now() - @acked_us::bigint * interval '1 microsecond')
-        OR (d.state = 'dead' AND @dead_us::bigint IS NOT NULL
-                AND d.dead_at < now() - @dead_us::bigint * interval '1 microsecond'))
-    RETURNING d.state
-), counted AS (
-    SELECT count(*) FILTER (WHERE state = 'acked') AS acked,
-        count(*) FILTER (WHERE state = 'dead') AS dead
-    FROM gone
-)
-SELECT counted.acked, counted.dead,
-    coalesce(r.first + @batch - 1, @cursor),
-    CASE
-        WHEN r.first IS NULL THEN true
-        -- Nothing lies after the range: the table's highest id, one probe of
-        -- the primary key's far end.
-        WHEN (SELECT max(n.id) FROM {{schema}}.deliveries AS n) < r.first + @batch THEN true
-        WHEN counted.acked + counted.dead = @batch THEN false
-        -- The range kept a row created too recently to be past either
-        -- retention (asked only when it kept any: a row is acked or dead
-        -- after it was created). created_at grows with the id (up to the
-        -- length of a transaction), so the pass stops there rather than
-        -- read the young tail; a later pass moves on.
-        ELSE EXISTS (SELECT 1 FROM {{schema}}.deliveries AS y
-            WHERE y.id >= r.first AND y.id < r.first + @batch
-              AND y.created_at >= now() - @shortest_us::bigint * interval '1 microsecond')
-    END
-FROM counted, r;
+-- transaction: <schema>.prune_deliveries (migration 0022), planned once
+-- per server connection, whatever the statistics. Every secondary index
+-- covers open rows only, so old acked rows are found the way they were
+-- written, in id order: the batch is the range of @batch ids from the
+-- first after the cursor, its acked and dead rows past their retention
+-- deleted by range scans of the primary key, each counted by its delete's
+-- own row count. Retentions are in microseconds, NULL to keep those rows,
+-- @shortest_us the shorter of the two that are set; cutoffs are on the
+-- database clock, which stamped acked_at and dead_at. It answers with what
+-- it deleted (acked, dead), the next cursor (the range's last id) and
+-- whether the pass is done.
+SELECT acked, dead, next_cursor, done
+FROM {{schema}}.prune_deliveries(@cursor::bigint, @batch::integer, @acked_us::bigint, @dead_us::bigint, @shortest_us::bigint);
 
 -- name: status_counts
 -- The figures of `outboxkeeper status`: two scans on two partial indexes

@@ -98,53 +98,14 @@ LEFT JOIN LATERAL (
 
 -- name: prune
 -- One batch of the event prune (docs/design.md §6b), in its own
--- transaction. It answers with the count deleted, the next batch's cursor
--- (the last sequence the range covered) and whether the pass is done.
-WITH r AS MATERIALIZED (
-    -- The batch's range: from the first sequence after the cursor (one
-    -- probe of the primary key) to @batch sequences on, at most upto. At
-    -- or below the watermark every sequence above the pruned prefix is
-    -- present (placeholders fill the gaps), so the range holds @batch rows.
-    SELECT first, least(first + @batch - 1, upto) AS last, upto
-    FROM (SELECT (SELECT min(sequence) FROM {{schema}}.events WHERE sequence > @cursor) AS first,
-        -- upto, the highest sequence prune may delete, read in this
-        -- statement's snapshot (both bounds only grow, so it is never lower
-        -- than one read earlier, and a consumer registered since the pass
-        -- began is honoured): the fill watermark, above which a missing
-        -- sequence may still commit, and the slowest registered consumer's
-        -- position, so no event anyone still reads goes, nor a relay's
-        -- parked event not re-sent yet (never sent; a re-send reads it). An
-        -- unstarted fill has watermark 0: nothing.
-        least(coalesce((SELECT max(watermark) FROM {{schema}}.fill_state), 0),
-              coalesce((SELECT min(position) FROM {{schema}}.consumers), 9223372036854775807),
-              coalesce((SELECT min(sequence) - 1 FROM {{schema}}.relay_parked
-                        WHERE resent_at IS NULL AND parked_at IS NOT NULL), 9223372036854775807)) AS upto) AS b
-), gone AS (
-    -- The range's rows recorded before the retention: one range scan of the
-    -- primary key. No row lock: the maintainer may UPDATE no column of
-    -- events, so it cannot lock them (and must not be able to rewrite
-    -- them). An overlapping pass waits for this one statement, then finds
-    -- the rows gone and counts nothing: each row counts once.
-    DELETE FROM {{schema}}.events AS e USING r
-    WHERE e.sequence >= r.first AND e.sequence <= r.last
-      AND e.recorded_at < now() - @older_than_us::bigint * interval '1 microsecond'
-    RETURNING e.sequence
-), counted AS (
-    SELECT count(*) AS n FROM gone
-)
-SELECT counted.n,
-    CASE WHEN r.first IS NULL OR r.last < r.first THEN @cursor ELSE r.last END,
-    -- Done: the range reached upto, or it kept a row recorded too recently
-    -- (asked only then: when none was kept, the rows gone are the range).
-    -- recorded_at grows with the sequence (up to the length of a
-    -- transaction), so the pass stops there rather than read the young
-    -- tail; a later pass moves on. Within the range every row past
-    -- retention goes, also one after a younger row.
-    CASE
-        WHEN r.first IS NULL OR r.last < r.first OR r.last >= r.upto THEN true
-        WHEN counted.n = r.last - r.first + 1 THEN false
-        ELSE EXISTS (SELECT 1 FROM {{schema}}.events AS y
-            WHERE y.sequence >= r.first AND y.sequence <= r.last
-              AND y.recorded_at >= now() - @older_than_us::bigint * interval '1 microsecond')
-    END
-FROM counted, r;
+-- transaction: <schema>.prune_events (migration 0022), planned once per
+-- server connection, whatever the statistics. The batch is the range of
+-- @batch sequences from the first after the cursor, never above the fill
+-- watermark, the slowest registered consumer nor a relay's parked event
+-- not re-sent, all read in the batch; its rows recorded longer than
+-- @older_than_us ago go, in one range scan of the primary key, counted by
+-- the delete's own row count. It answers with the count deleted, the next
+-- batch's cursor (the last sequence the range covered) and whether the
+-- pass is done.
+SELECT deleted, next_cursor, done
+FROM {{schema}}.prune_events(@cursor::bigint, @batch::integer, @older_than_us::bigint);

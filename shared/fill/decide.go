@@ -218,3 +218,10 @@ func stallAge(c *Cycle, now time.Time) time.Duration {
 	}
 	return max(now.Sub(c.FirstSeenAt), 0)
 }
+
+// cyclePageSize is how many present rows a fill cycle's page read asks
+// for: ten FILL_PAGE_SIZE pages in one statement, at most 100,000 rows.
+// The cycle reads its whole proven range, so each statement saved is a
+// round trip saved (and, through a pooler, a hop and its check); a tick's
+// page read and the prefix passed over keep FILL_PAGE_SIZE itself.
+func cyclePageSize(pageSize int) int { return min(10*pageSize, 100_000) }

@@ -322,17 +322,18 @@ func (p *invocation) fillCycle(ctx context.Context) (bool, error) {
 	c := p.st.Cycle
 	g := newGapCursor(p.st.Watermark, min(c.MarkerHead, p.head))
 	limit := p.s.cfg.BatchLimit
+	pageSize := cyclePageSize(p.s.cfg.PageSize)
 	pending := make([]int64, 0, limit)
 	for {
 		if g.needPage() {
 			if !p.run.TimeLeft() {
 				return false, nil
 			}
-			page, err := p.s.events.PresentAfter(ctx, p.run.Q, g.pos, p.s.cfg.PageSize)
+			page, err := p.s.events.PresentAfter(ctx, p.run.Q, g.pos, pageSize)
 			if err != nil {
 				return false, err
 			}
-			g.feed(page, p.s.cfg.PageSize)
+			g.feed(page, pageSize)
 			// Read after the proof passed, so every sequence below the
 			// first present row is missing for good (§3.3).
 			first := int64(0)

@@ -167,7 +167,8 @@ func TestNoFunctionIsExecutableByPublic(t *testing.T) {
 		t.Errorf("executable by PUBLIC: %v", public)
 	}
 	writer := db.Writer(t)
-	for _, call := range []string{`SELECT * FROM outbox.sweep_reset(0, 1, 0)`, `SELECT * FROM outbox.present_after(0, 1)`} {
+	for _, call := range []string{`SELECT * FROM outbox.sweep_reset(0, 1, 0)`, `SELECT * FROM outbox.present_after(0, 1)`,
+		`SELECT * FROM outbox.prune_deliveries(0, 1, 0, 0, 0)`, `SELECT * FROM outbox.prune_events(0, 1, 0)`} {
 		refuses(t, writer.Pool, "the writer: "+call, call)
 	}
 }
