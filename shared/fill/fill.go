@@ -51,8 +51,9 @@ type Config struct {
 	// (FILL_BATCH_LIMIT, default 1000), keeping each statement short; a
 	// cycle runs as many inserts as it needs.
 	BatchLimit int `env:"FILL_BATCH_LIMIT"`
-	// PageSize is how many present rows one page read returns
-	// (FILL_PAGE_SIZE, default 1000).
+	// PageSize is how many present rows one page read of a tick returns
+	// (FILL_PAGE_SIZE, default 1000); a fill cycle reads ten pages, at
+	// most 100,000 rows, per statement.
 	PageSize int `env:"FILL_PAGE_SIZE"`
 	// PassBudget bounds one pass (FILL_PASS_BUDGET, default 20s); the
 	// Lambda deadline minus 2s bounds it further.
