@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -123,11 +120,9 @@ func BenchmarkRelayLatency(b *testing.B) {
 		all = append(all, latencyRun(b, client, events)...)
 	}
 	b.StopTimer()
-	slices.Sort(all)
-	pct := func(p float64) float64 { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	b.ReportMetric(pct(0.5), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(all[len(all)-1], "max-ms")
+	b.ReportMetric(benchkit.Percentile(all, 0.5), "p50-ms")
+	b.ReportMetric(benchkit.Percentile(all, 0.99), "p99-ms")
+	b.ReportMetric(benchkit.Percentile(all, 1), "max-ms")
 }
 
 // latencyRun relays events commits once and returns each one's latency
@@ -140,8 +135,7 @@ func latencyRun(b *testing.B, client *sqs.Client, events int) []float64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var mu sync.Mutex
-	committed, received := map[int64]time.Time{}, map[int64]time.Time{}
+	lat := benchkit.NewLatencies()
 	relayed := make(chan error, 1)
 	go func() {
 		_, err := s.RunOnce(ctx, nil)
@@ -159,45 +153,20 @@ func latencyRun(b *testing.B, client *sqs.Client, events int) []float64 {
 					Sequence int64 `json:"sequence"`
 				}
 				if json.Unmarshal([]byte(aws.ToString(m.Body)), &e) == nil {
-					mu.Lock()
-					received[e.Sequence] = at
-					mu.Unlock()
+					lat.Arrived(e.Sequence, at)
 				}
 				_, _ = client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
 			}
 		}
 	}()
 	time.Sleep(300 * time.Millisecond) // the pass has taken its lease
-	for i := range events {
-		seq := testdb.Scalar[int64](b, db.Pool, `SELECT outbox.publish('orders.created', $1::jsonb)`, benchPayload(i))
-		mu.Lock()
-		committed[seq] = time.Now()
-		mu.Unlock()
-		time.Sleep(time.Duration(20+rand.IntN(100)) * time.Millisecond)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := len(received)
-		mu.Unlock()
-		if n >= events || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	lat.CommitPaced(events, func(i int) int64 {
+		return testdb.Scalar[int64](b, db.Pool, `SELECT outbox.publish('orders.created', $1::jsonb)`, benchPayload(i))
+	})
+	lat.Wait(events, 10*time.Second)
 	cancel()
 	<-relayed
-	mu.Lock()
-	defer mu.Unlock()
-	var out []float64
-	for seq, c := range committed {
-		r, ok := received[seq]
-		if !ok {
-			b.Fatalf("sequence %d never arrived", seq)
-		}
-		out = append(out, float64(r.Sub(c).Microseconds())/1000)
-	}
-	return out
+	return lat.Millis(b, "sequence %d never arrived")
 }
 
 // BenchmarkRelayIdleTick: a watching relay with nothing to send, caught up
