@@ -108,18 +108,6 @@ func publish(t *testing.T, db *testdb.DB, topic, headers string, payloads ...str
 	return seqs
 }
 
-// burn allocates a sequence in a transaction that rolls back: a gap.
-func burn(t *testing.T, db *testdb.DB) int64 {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	return testdb.Scalar[int64](t, tx, `SELECT outbox.publish('burned', '{}')`)
-}
-
 // n payloads {"n":i}.
 func payloads(n int) []string {
 	out := make([]string, n)

@@ -35,7 +35,7 @@ func seed(t *testing.T, db *testdb.DB) seeded {
 	t.Helper()
 	var s seeded
 	s.orders = append(s.orders, publish(t, db, "orders.created", `{"tenant":"t1"}`, `{"id":1}`, `{"id":2}`)...)
-	s.placeholder = burn(t, db)
+	s.placeholder = db.BurnOne(t)
 	db.Exec(t, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'fill')`, s.placeholder)
 	s.billing = publish(t, db, "billing.paid", "", `{"id":3}`)[0]
 	s.orders = append(s.orders, publish(t, db, "orders.shipped", `{"tenant":"t2"}`, `{"id":4}`, `{"id":5}`)...)

@@ -218,9 +218,9 @@ func TestHistoricalGapsNeedNoGrace(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	commit(t, db, 2) // 1, 2
-	burn(t, db, 3)   // 3..5
+	db.Burn(t, 3)    // 3..5
 	commit(t, db, 1) // 6
-	burn(t, db, 2)   // 7, 8: a historical burned tail
+	db.Burn(t, 2)    // 7, 8: a historical burned tail
 	cfg := testConfig()
 	cfg.Grace = time.Hour
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
@@ -241,7 +241,7 @@ func TestHistoricalGapsNeedNoGrace(t *testing.T) {
 func TestYoungOutboxFillsFromTheStart(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	burn(t, db, 2)   // 1, 2
+	db.Burn(t, 2)    // 1, 2
 	commit(t, db, 1) // 3
 	cfg := testConfig()
 	cfg.Grace = time.Hour
@@ -263,10 +263,10 @@ func TestRuleHistoricalFillCappedAtFirstHead(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	ctx := context.Background()
-	commit(t, db, 1)                // 1
-	historical, _ := burn(t, db, 1) // 2: a gap present at the first run
-	commit(t, db, 1)                // 3: the first run's head
-	old := openWriter(t, db)        // an older transaction holds the proof back
+	commit(t, db, 1)               // 1
+	historical, _ := db.Burn(t, 1) // 2: a gap present at the first run
+	commit(t, db, 1)               // 3: the first run's head
+	old := openWriter(t, db)       // an older transaction holds the proof back
 	if _, err := old.tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestPrunedHistoryIsNotRefilled(t *testing.T) {
 func TestEmptyTableProvenPrefixIsPassedOver(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	burn(t, db, 3)
+	db.Burn(t, 3)
 	cfg := testConfig()
 	cfg.PageSize = 2
 	s := newService(t, db.Pool, cfg, Options{})

@@ -1,0 +1,35 @@
+package testdb
+
+import (
+	"context"
+	"testing"
+)
+
+// Burn plays a writer that publishes n events and rolls back, leaving n
+// allocated sequences that will never be written: the gaps the fill
+// exists for.
+func (d *DB) Burn(t testing.TB, n int) (first, last int64) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := d.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after the checked rollback
+	err = tx.QueryRow(ctx,
+		`SELECT min(s), max(s) FROM outbox.publish_batch('t', array_fill('{"burned":true}'::jsonb, ARRAY[$1::int])) AS s`, n).Scan(&first, &last)
+	if err != nil {
+		t.Fatalf("burn %d: %v", n, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatalf("burn %d: rollback: %v", n, err)
+	}
+	return first, last
+}
+
+// BurnOne is Burn of one sequence, which it returns.
+func (d *DB) BurnOne(t testing.TB) int64 {
+	t.Helper()
+	seq, _ := d.Burn(t, 1)
+	return seq
+}
