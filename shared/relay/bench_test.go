@@ -195,7 +195,7 @@ func BenchmarkRelayIdleTick(b *testing.B) {
 		}
 		dbs[n] = db
 	}
-	stmts, dbNS, buffers := map[int64][]float64{}, map[int64][]float64{}, map[int64]float64{}
+	ticks, buffers := benchkit.NewPerTick(), map[int64]float64{}
 	for _, n := range sizes {
 		buffers[n] = probeBuffers(b, dbs[n])
 	}
@@ -208,29 +208,20 @@ func BenchmarkRelayIdleTick(b *testing.B) {
 			if err != nil || r.Sent != 0 || r.Ticks == 0 {
 				b.Fatalf("idle pass at %d: sent %d ticks %d: %v", n, r.Sent, r.Ticks, err)
 			}
-			stmts[n] = append(stmts[n], float64(r.Statements)/float64(r.Ticks))
-			perTick := t.Total() / time.Duration(r.Ticks)
-			dbNS[n] = append(dbNS[n], float64(perTick))
-			return perTick
+			return ticks.Record(n, r.Statements, r.Ticks, t.Total())
 		}}
 	}
-	var arms []benchkit.Arm
-	for _, n := range sizes {
-		arms = append(arms, watch(n))
-	}
+	arms := benchkit.Each(sizes, watch)
 	rep := 0
 	for b.Loop() {
 		benchkit.Samples{}.Alternate(rep, arms...)
 		rep++
 	}
-	small, large := sizes[0], sizes[len(sizes)-1]
+	ticks.Report(b, sizes)
 	for _, n := range sizes {
-		b.ReportMetric(benchkit.Median(stmts[n]), fmt.Sprintf("statements/tick@%d", n))
-		b.ReportMetric(benchkit.Median(dbNS[n])/1e6, fmt.Sprintf("db-ms/tick@%d", n))
 		b.ReportMetric(buffers[n], fmt.Sprintf("probe-buffers@%d", n))
 	}
-	b.ReportMetric(benchkit.Median(stmts[large])/benchkit.Median(stmts[small]), "statements/smallest-table")
-	b.ReportMetric(benchkit.Median(dbNS[large])/benchkit.Median(dbNS[small]), "db-time/smallest-table")
+	small, large := sizes[0], sizes[len(sizes)-1]
 	b.ReportMetric(buffers[large]/buffers[small], "buffers/smallest-table")
 }
 
