@@ -9,7 +9,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
@@ -53,7 +52,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var batches [][]types.SendMessageBatchRequestEntry
+	var bodies [][]byte
 	for rows.Next() {
 		var e target.Event
 		if err := rows.Scan(&e.Sequence, &e.Topic, &e.Payload, &e.Headers, &e.RecordedAt); err != nil {
@@ -63,11 +62,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if (e.Sequence-1)%10 == 0 {
-			batches = append(batches, nil)
-		}
-		last := &batches[len(batches)-1]
-		*last = append(*last, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(len(*last))), MessageBody: aws.String(string(body))})
+		bodies = append(bodies, body)
 	}
 	if err := rows.Err(); err != nil {
 		b.Fatal(err)
@@ -75,14 +70,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 	client := sqs.NewFromConfig(awstest.Config(b))
 
 	samples := benchkit.Samples{}
-	bare := benchkit.Arm{Name: "bare", Run: func() time.Duration {
-		url := sqstest.NewQueue(b, client, "bench-bare", nil)
-		return benchkit.Timed(func() {
-			if err := sqstest.BareSend(ctx, client, url, batches, benchConcurrency); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}}
+	bare := sqstest.BareArm(b, ctx, client, sqstest.Batches(bodies), benchConcurrency)
 	relay := benchkit.Arm{Name: "relay", Run: func() time.Duration {
 		url := sqstest.NewQueue(b, client, "bench-relay", nil)
 		s := newTestService(b, db, Config{Target: url, GroupBy: GroupByNone, Concurrency: benchConcurrency, Bounded: true, PassBudget: 10 * time.Minute})
