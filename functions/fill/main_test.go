@@ -220,11 +220,7 @@ func TestBlockedStatementAnswersBeforeTheLambdaDeadline(t *testing.T) {
 	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	db.Hold(t, `SELECT * FROM outbox.fill_state FOR UPDATE`)
 
-	fn := lambdatest.Start(t, lambdatest.Build(t, "fill"), map[string]string{
-		"DATABASE_URL":                db.URL,
-		"AWS_LAMBDA_FUNCTION_TIMEOUT": "4",
-	})
-	res := lambdatest.AnswersBeforeDeadline(t, ctx, fn, []byte(`{"source":"outboxkeeper.schedule"}`), 4*time.Second, `"timed_out"`)
+	res := lambdatest.BlockedAnswersBeforeDeadline(t, ctx, "fill", db.URL, []byte(`{"source":"outboxkeeper.schedule"}`), 4*time.Second, `"timed_out"`)
 	if res["waiting"] != "budget" {
 		t.Errorf("waiting = %v, want budget", res["waiting"])
 	}
