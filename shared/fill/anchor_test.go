@@ -74,14 +74,6 @@ func openBatch(t *testing.T, db *testdb.DB, n int) (*writer, []int64) {
 	return w, held
 }
 
-func span(lo, hi int64) []int64 {
-	var s []int64
-	for i := lo; i <= hi; i++ {
-		s = append(s, i)
-	}
-	return s
-}
-
 // The reproduction: writer A holds 1..n open, B commits n+1 above it. The
 // first pass must not anchor above A's events, a consumer must not pass
 // them, prune must not delete them; once A commits a consumer gets them
@@ -100,7 +92,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			db := testdb.New(t)
 			ctx := context.Background()
 			a, held := openBatch(t, db, c.n)
-			if want := span(1, int64(c.n)); !slices.Equal(held, want) {
+			if want := testdb.Span(1, int64(c.n)); !slices.Equal(held, want) {
 				t.Fatalf("writer A holds %v, want %v", held, want)
 			}
 			b := commit(t, db, 1) // n+1, committed above A's
@@ -150,7 +142,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			if res.Filled != 0 || res.PassedOver != 0 {
 				t.Errorf("after A commits: Filled = %d, PassedOver = %d, want 0 and 0", res.Filled, res.PassedOver)
 			}
-			if got, want := consume(t, db, "c"), span(1, b); !slices.Equal(got, want) {
+			if got, want := consume(t, db, "c"), testdb.Span(1, b); !slices.Equal(got, want) {
 				t.Errorf("the consumer read %d events (%v...), want all %d", len(got), got[:min(len(got), 5)], len(want))
 			}
 			pres, err = pr.RunOnce(ctx, nil)
@@ -208,7 +200,7 @@ func TestDeletedPrefixIsPassedOverOnlyOnceProven(t *testing.T) {
 	if got := rows(t, db); len(got) != 10 {
 		t.Errorf("%d rows, want the 10 events and nothing written", len(got))
 	}
-	if got, want := readEvents(t, db, 0, 100), span(late, top); !slices.Equal(got, want) {
+	if got, want := readEvents(t, db, 0, 100), testdb.Span(late, top); !slices.Equal(got, want) {
 		t.Errorf("read_events(0, 100) = %v, want %v: the late writer's event first", got, want)
 	}
 }

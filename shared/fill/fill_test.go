@@ -290,7 +290,7 @@ func TestBurnedTailFilled(t *testing.T) {
 		t.Errorf("Head = %d, want %d", res.Head, last)
 	}
 	got := rows(t, db)
-	wantPlaceholders(t, got, span(first, last)...)
+	wantPlaceholders(t, got, testdb.Span(first, last)...)
 	if len(got) != int(last) {
 		t.Errorf("rows above the head %d: %v", last, got)
 	}

@@ -57,14 +57,6 @@ func sqlRead(t *testing.T, db *testdb.DB, after int64, max int) []int64 {
 	return seqs
 }
 
-func span(lo, hi int64) []int64 {
-	var s []int64
-	for i := lo; i <= hi; i++ {
-		s = append(s, i)
-	}
-	return s
-}
-
 // A consumer moves across a pruned prefix (absent, at or below the fill
 // watermark: passed over) and stops at a gap above the watermark that is
 // not yet proven (its writer still runs), in Go and in SQL alike; once the
@@ -101,10 +93,10 @@ func TestConsumerCrossesAPrunedPrefixAndStopsAtAnUnprovenGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := span(7, 10); !slices.Equal(sequencesOf(got), want) {
+	if want := testdb.Span(7, 10); !slices.Equal(sequencesOf(got), want) {
 		t.Errorf("ReadContiguous(0) = %v, want %v: over the pruned 1..6, stopping before the unproven 11", sequencesOf(got), want)
 	}
-	if got, want := sqlRead(t, db, 0, 100), span(7, 10); !slices.Equal(got, want) {
+	if got, want := sqlRead(t, db, 0, 100), testdb.Span(7, 10); !slices.Equal(got, want) {
 		t.Errorf("read_events(0) = %v, want %v", got, want)
 	}
 	if got := sqlRead(t, db, 10, 100); len(got) != 0 {
@@ -404,7 +396,7 @@ func TestConsumeHandsBatchesInOrderAndCommitsAfter(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Consume = %v, want context.Canceled", err)
 	}
-	if !slices.Equal(seen, span(1, 25)) {
+	if !slices.Equal(seen, testdb.Span(1, 25)) {
 		t.Errorf("events handed over = %v, want 1..25 in order", seen)
 	}
 	if !slices.Equal(batches, []int{10, 10, 5}) {

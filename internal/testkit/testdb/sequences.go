@@ -33,3 +33,12 @@ func (d *DB) BurnOne(t testing.TB) int64 {
 	seq, _ := d.Burn(t, 1)
 	return seq
 }
+
+// Span is the sequences lo to hi, both included (none when hi < lo).
+func Span(lo, hi int64) []int64 {
+	var s []int64
+	for i := lo; i <= hi; i++ {
+		s = append(s, i)
+	}
+	return s
+}
