@@ -18,10 +18,7 @@ func TestApplyTwiceIsANoOp(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	all, err := migrate.Load("second_outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := mustLoad(t, "second_outbox")
 
 	first, err := migrate.Apply(ctx, db.Pool, "second_outbox")
 	if err != nil {

@@ -78,12 +78,8 @@ func recorded(t *testing.T, db *testdb.DB, schema string) map[string]string {
 
 func wantRecorded(t *testing.T, schema string, upTo int) map[string]string {
 	t.Helper()
-	list, err := migrate.Load(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]string{}
-	for _, m := range list {
+	for _, m := range mustLoad(t, schema) {
 		if m.Version() <= upTo {
 			out[m.Name] = m.Checksum + " " + map[bool]string{true: "true", false: "false"}[m.Compatible]
 		}
