@@ -18,21 +18,6 @@ import (
 // already there need no grace. A test here that holds an xid across a
 // pass does not run in parallel (see fill_test.go).
 
-// readEvents is read_events(after, max): the sequences a consumer at
-// after may take now.
-func readEvents(t *testing.T, db *testdb.DB, after int64, max int) []int64 {
-	t.Helper()
-	rs, err := db.Pool.Query(context.Background(), `SELECT sequence FROM outbox.read_events($1, $2)`, after, max)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seqs, err := pgx.CollectRows(rs, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return seqs
-}
-
 // consume reads everything a consumer named name may take from its
 // position, commits the position, and returns what it read.
 func consume(t *testing.T, db *testdb.DB, name string) []int64 {
@@ -44,7 +29,7 @@ func consume(t *testing.T, db *testdb.DB, name string) []int64 {
 	}
 	var read []int64
 	for {
-		page := readEvents(t, db, pos, 500)
+		page := db.ReadEvents(t, pos, 500)
 		if len(page) == 0 {
 			break
 		}
@@ -111,7 +96,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			if res.Filled != 0 {
 				t.Errorf("first pass: Filled = %d, want 0", res.Filled)
 			}
-			if got := readEvents(t, db, 0, 100); len(got) != 0 {
+			if got := db.ReadEvents(t, 0, 100); len(got) != 0 {
 				t.Errorf("read_events(0, 100) = %v, want nothing before A's events are decided", got)
 			}
 			if got := consume(t, db, "c"); len(got) != 0 {
@@ -178,7 +163,7 @@ func TestDeletedPrefixIsPassedOverOnlyOnceProven(t *testing.T) {
 		t.Errorf("first pass: Watermark = %d, want 0 while the writer of %d runs", res.Watermark, late)
 	}
 	wantWaiting(t, res, WaitingProof)
-	if got := readEvents(t, db, 0, 100); len(got) != 0 {
+	if got := db.ReadEvents(t, 0, 100); len(got) != 0 {
 		t.Errorf("read_events(0, 100) = %v, want nothing before the proof", got)
 	}
 
@@ -200,7 +185,7 @@ func TestDeletedPrefixIsPassedOverOnlyOnceProven(t *testing.T) {
 	if got := rows(t, db); len(got) != 10 {
 		t.Errorf("%d rows, want the 10 events and nothing written", len(got))
 	}
-	if got, want := readEvents(t, db, 0, 100), testdb.Span(late, top); !slices.Equal(got, want) {
+	if got, want := db.ReadEvents(t, 0, 100), testdb.Span(late, top); !slices.Equal(got, want) {
 		t.Errorf("read_events(0, 100) = %v, want %v: the late writer's event first", got, want)
 	}
 }

@@ -42,3 +42,10 @@ func Span(lo, hi int64) []int64 {
 	}
 	return s
 }
+
+// ReadEvents is read_events(after, max) called as any language calls it:
+// the sequences a consumer at after may take now.
+func (d *DB) ReadEvents(t testing.TB, after int64, max int) []int64 {
+	t.Helper()
+	return Column[int64](t, d.Pool, `SELECT sequence FROM outbox.read_events($1, $2)`, after, max)
+}
