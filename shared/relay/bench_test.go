@@ -69,7 +69,6 @@ func BenchmarkRelayThroughput(b *testing.B) {
 	}
 	client := sqs.NewFromConfig(awstest.Config(b))
 
-	samples := benchkit.Samples{}
 	bare := sqstest.BareArm(b, ctx, client, sqstest.Batches(bodies), benchConcurrency)
 	relay := benchkit.Arm{Name: "relay", Run: func() time.Duration {
 		url := sqstest.NewQueue(b, client, "bench-relay", nil)
@@ -82,15 +81,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 			}
 		})
 	}}
-	b.ResetTimer()
-	for rep := range b.N {
-		samples.Alternate(rep, bare, relay)
-	}
-	b.StopTimer()
-	bareRate, relayRate := float64(n)/samples.Median("bare"), float64(n)/samples.Median("relay")
-	b.ReportMetric(bareRate, "bare-msgs/s")
-	b.ReportMetric(relayRate, "relay-msgs/s")
-	b.ReportMetric(relayRate/bareRate, "relay/bare")
+	benchkit.CompareRates(b, n, bare, relay)
 }
 
 // BenchmarkRelayLatency: commit → message visible in an SQS queue on
@@ -199,12 +190,7 @@ func BenchmarkRelayIdleTick(b *testing.B) {
 			return ticks.Record(n, r.Statements, r.Ticks, t.Total())
 		}}
 	}
-	arms := benchkit.Each(sizes, watch)
-	rep := 0
-	for b.Loop() {
-		benchkit.Samples{}.Alternate(rep, arms...)
-		rep++
-	}
+	benchkit.Repeat(b, benchkit.Each(sizes, watch)...)
 	ticks.Report(b, sizes)
 	for _, n := range sizes {
 		b.ReportMetric(buffers[n], fmt.Sprintf("probe-buffers@%d", n))
