@@ -10,20 +10,6 @@ import (
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 )
 
-func burnOne(t *testing.T, db *testdb.DB) int64 {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := testdb.Scalar[int64](t, tx, `SELECT outbox.publish('t', '{}')`)
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func filledBy(t *testing.T, db *testdb.DB, seq int64) string {
 	t.Helper()
 	return testdb.Scalar[string](t, db.Pool, `SELECT coalesce((SELECT coalesce(filled_by, 'event') FROM outbox.events WHERE sequence = $1), 'missing')`, seq)
@@ -51,7 +37,7 @@ func TestSkipStallPastABlockedProof(t *testing.T) {
 	}
 	defer hold.Rollback(ctx) //nolint:errcheck
 	testdb.Exec(t, hold, `SELECT pg_current_xact_id()`)
-	gap := burnOne(t, db)
+	gap := db.BurnOne(t)
 	top := publish(t, db)
 	if res := fillPass(t, db); res.WaitingFor() != fill.WaitingProof {
 		t.Fatalf("the fill pass waits for %q, want proof: %v", res.WaitingFor(), res)

@@ -107,7 +107,7 @@ func TestStatusNamesAnOldOpenDelivery(t *testing.T) {
 func TestStatusBeforeTheFirstFillPass(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	gap := burnOne(t, db)
+	gap := db.BurnOne(t)
 	top := publish(t, db)
 	sweepPass(t, db)
 	vars := map[string]string{"DATABASE_URL": db.URL}

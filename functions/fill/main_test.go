@@ -21,21 +21,6 @@ func TestEndToEndUnderRIE(t *testing.T) {
 	db := testdb.New(t)
 	ctx := testenv.Context(t, 60*time.Second)
 
-	// publish, burn (a rolled-back writer), publish: a real gap at 2.
-	burnOne := func() {
-		t.Helper()
-		tx, err := db.Pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `SELECT outbox.publish('t', '{}')`); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	bin := lambdatest.Build(t, "fill")
 	fn := lambdatest.Start(t, bin, map[string]string{
 		"DATABASE_URL":     db.URL,
@@ -57,7 +42,7 @@ func TestEndToEndUnderRIE(t *testing.T) {
 	// EventBridge Scheduler passes its Input verbatim; first run anchors.
 	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	lambdatest.WantFields(t, "first run", invoke(`{"source":"outboxkeeper.schedule"}`), map[string]any{"watermark": 1.0, "waiting": nil})
-	burnOne()
+	db.BurnOne(t) // a rolled-back writer between two publishes: a real gap at 2
 	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 
 	// A classic scheduled-event envelope.
@@ -235,11 +220,7 @@ func TestBlockedStatementAnswersBeforeTheLambdaDeadline(t *testing.T) {
 	db.Exec(t, `SELECT outbox.publish('t', '{}')`)
 	db.Hold(t, `SELECT * FROM outbox.fill_state FOR UPDATE`)
 
-	fn := lambdatest.Start(t, lambdatest.Build(t, "fill"), map[string]string{
-		"DATABASE_URL":                db.URL,
-		"AWS_LAMBDA_FUNCTION_TIMEOUT": "4",
-	})
-	res := lambdatest.AnswersBeforeDeadline(t, ctx, fn, []byte(`{"source":"outboxkeeper.schedule"}`), 4*time.Second, `"timed_out"`)
+	res := lambdatest.BlockedAnswersBeforeDeadline(t, ctx, "fill", db.URL, []byte(`{"source":"outboxkeeper.schedule"}`), 4*time.Second, `"timed_out"`)
 	if res["waiting"] != "budget" {
 		t.Errorf("waiting = %v, want budget", res["waiting"])
 	}
@@ -271,17 +252,7 @@ func TestConsecutiveInvocationsHandOverUnderRIE(t *testing.T) {
 	}
 	burn := func() (int64, time.Time) {
 		t.Helper()
-		tx, err := db.Pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var seq int64
-		if err := tx.QueryRow(ctx, `SELECT outbox.publish('t', '{}')`).Scan(&seq); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
+		seq := db.BurnOne(t)
 		var at time.Time
 		if err := db.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at); err != nil {
 			t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/envelopetest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/lambdatest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
@@ -108,18 +109,6 @@ func publish(t *testing.T, db *testdb.DB, topic, headers string, payloads ...str
 	return seqs
 }
 
-// burn allocates a sequence in a transaction that rolls back: a gap.
-func burn(t *testing.T, db *testdb.DB) int64 {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	return testdb.Scalar[int64](t, tx, `SELECT outbox.publish('burned', '{}')`)
-}
-
 // n payloads {"n":i}.
 func payloads(n int) []string {
 	out := make([]string, n)
@@ -129,27 +118,9 @@ func payloads(n int) []string {
 	return out
 }
 
-// envelope is a message body as the relay sends it.
-type envelope struct {
-	Sequence   int64           `json:"sequence"`
-	Topic      string          `json:"topic"`
-	RecordedAt string          `json:"recorded_at"`
-	Headers    json.RawMessage `json:"headers"`
-	Payload    json.RawMessage `json:"payload"`
-}
-
-func parseEnvelope(t *testing.T, body string) envelope {
-	t.Helper()
-	var e envelope
-	if err := json.Unmarshal([]byte(body), &e); err != nil {
-		t.Fatalf("body %q is not an envelope: %v", body, err)
-	}
-	return e
-}
-
 // got is one message a queue received.
 type got struct {
-	env     envelope
+	env     envelopetest.Envelope
 	group   string
 	dedupID string
 }
@@ -161,7 +132,7 @@ func drain(t *testing.T, c *sqs.Client, url string, want int, wait time.Duration
 	var out []got
 	for _, m := range receive(t, c, url, want, wait) {
 		out = append(out, got{
-			env:     parseEnvelope(t, aws.ToString(m.Body)),
+			env:     envelopetest.Parse(t, aws.ToString(m.Body)),
 			group:   m.Attributes[string(sqstypes.MessageSystemAttributeNameMessageGroupId)],
 			dedupID: m.Attributes[string(sqstypes.MessageSystemAttributeNameMessageDeduplicationId)],
 		})

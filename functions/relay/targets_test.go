@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/envelopetest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/target"
@@ -35,7 +36,7 @@ func seed(t *testing.T, db *testdb.DB) seeded {
 	t.Helper()
 	var s seeded
 	s.orders = append(s.orders, publish(t, db, "orders.created", `{"tenant":"t1"}`, `{"id":1}`, `{"id":2}`)...)
-	s.placeholder = burn(t, db)
+	s.placeholder = db.BurnOne(t)
 	db.Exec(t, `INSERT INTO outbox.events (sequence, filled_by) VALUES ($1, 'fill')`, s.placeholder)
 	s.billing = publish(t, db, "billing.paid", "", `{"id":3}`)[0]
 	s.orders = append(s.orders, publish(t, db, "orders.shipped", `{"tenant":"t2"}`, `{"id":4}`, `{"id":5}`)...)
@@ -83,7 +84,7 @@ func receivedOnceEach(t *testing.T, db *testdb.DB, q *sqs.Client, url string, s 
 }
 
 // checkEnvelope checks one body is the documented envelope of its event.
-func checkEnvelope(t *testing.T, db *testdb.DB, e envelope) {
+func checkEnvelope(t *testing.T, db *testdb.DB, e envelopetest.Envelope) {
 	t.Helper()
 	var topic, payload, headers, recordedAt string
 	db.Pool.QueryRow(t.Context(), `SELECT topic, payload::text, headers::text,
@@ -169,7 +170,7 @@ func TestEachTargetEndToEnd(t *testing.T) {
 		relayOrders(t, db, s, arn, nil)
 		var msgs []got
 		for _, rec := range awstest.ReadStream(t, k, streamName(arn), len(s.orders), 10*time.Second) {
-			m := got{env: parseEnvelope(t, string(rec.Data)), group: aws.ToString(rec.PartitionKey)}
+			m := got{env: envelopetest.Parse(t, string(rec.Data)), group: aws.ToString(rec.PartitionKey)}
 			if m.group != m.env.Topic {
 				t.Errorf("sequence %d: partition key %q, want its topic", m.env.Sequence, m.group)
 			}
@@ -197,7 +198,7 @@ func TestEachTargetEndToEnd(t *testing.T) {
 			if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &ev); err != nil {
 				t.Fatalf("not an EventBridge event: %s", aws.ToString(m.Body))
 			}
-			e := parseEnvelope(t, string(ev.Detail))
+			e := envelopetest.Parse(t, string(ev.Detail))
 			if ev.Source != "outboxkeeper.outbox" || ev.DetailType != e.Topic {
 				t.Errorf("sequence %d: source %q detail-type %q, want outboxkeeper.outbox and %q", e.Sequence, ev.Source, ev.DetailType, e.Topic)
 			}

@@ -17,10 +17,5 @@ func TestLockedDeliveriesAnswerBeforeTheLambdaDeadline(t *testing.T) {
 	db := testdb.New(t)
 	ctx := testenv.Context(t, 30*time.Second)
 	db.Hold(t, `LOCK TABLE outbox.deliveries IN ACCESS EXCLUSIVE MODE`)
-
-	fn := lambdatest.Start(t, lambdatest.Build(t, "sweep"), map[string]string{
-		"DATABASE_URL":                db.URL,
-		"AWS_LAMBDA_FUNCTION_TIMEOUT": "4",
-	})
-	lambdatest.AnswersBeforeDeadline(t, ctx, fn, []byte(scheduledEvent), 4*time.Second, `"message":"sweep pass"`)
+	lambdatest.BlockedAnswersBeforeDeadline(t, ctx, "sweep", db.URL, []byte(scheduledEvent), 4*time.Second, `"message":"sweep pass"`)
 }

@@ -130,11 +130,7 @@ func BenchmarkColdStart(b *testing.B) {
 			return init
 		}})
 	}
-	rep := 0
-	for b.Loop() {
-		benchkit.Samples{}.Alternate(rep, arms...)
-		rep++
-	}
+	benchkit.Repeat(b, arms...)
 	var slowest float64
 	for _, f := range functions {
 		b.ReportMetric(benchkit.Median(initMS[f.name]), f.name+"-init-ms")

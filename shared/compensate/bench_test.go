@@ -108,28 +108,23 @@ func BenchmarkBatch10x100(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	samples := benchkit.Samples{}
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep,
-			benchkit.Arm{Name: "set", Run: func() time.Duration {
-				took, n := bb.handle(svc)
-				statements["set"] = append(statements["set"], float64(n))
-				return took
-			}},
-			perMessage("per-message", func(seqs []int64) int {
-				for _, s := range seqs {
-					exec(insertOne, s)
-				}
-				return len(seqs)
-			}),
-			perMessage("per-message-set", func(seqs []int64) int {
-				exec(insertSet, seqs)
-				return 1
-			}),
-		)
-		rep++
-	}
+	samples := benchkit.Repeat(b,
+		benchkit.Arm{Name: "set", Run: func() time.Duration {
+			took, n := bb.handle(svc)
+			statements["set"] = append(statements["set"], float64(n))
+			return took
+		}},
+		perMessage("per-message", func(seqs []int64) int {
+			for _, s := range seqs {
+				exec(insertOne, s)
+			}
+			return len(seqs)
+		}),
+		perMessage("per-message-set", func(seqs []int64) int {
+			exec(insertSet, seqs)
+			return 1
+		}),
+	)
 	set := samples.Median("set")
 	for _, arm := range []string{"set", "per-message", "per-message-set"} {
 		b.ReportMetric(samples.Median(arm)*1e9, arm+"-ns/batch")
@@ -148,15 +143,10 @@ func BenchmarkCompensatePooler(b *testing.B) {
 	bb := batchBench{b: b, db: db}
 	direct, pooled := db.FunctionPools(b)
 	viaDirect, viaPooler := newHandler(b, direct), newHandler(b, pooled)
-	samples := benchkit.Samples{}
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep,
-			benchkit.Arm{Name: "direct", Run: func() time.Duration { d, _ := bb.handle(viaDirect); return d }},
-			benchkit.Arm{Name: "pgbouncer", Run: func() time.Duration { d, _ := bb.handle(viaPooler); return d }},
-		)
-		rep++
-	}
+	samples := benchkit.Repeat(b,
+		benchkit.Arm{Name: "direct", Run: func() time.Duration { d, _ := bb.handle(viaDirect); return d }},
+		benchkit.Arm{Name: "pgbouncer", Run: func() time.Duration { d, _ := bb.handle(viaPooler); return d }},
+	)
 	d, p := samples.Median("direct"), samples.Median("pgbouncer")
 	b.ReportMetric(d*1000, "direct-ms")
 	b.ReportMetric(p*1000, "pgbouncer-ms")

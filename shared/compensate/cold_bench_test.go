@@ -85,15 +85,10 @@ func BenchmarkColdCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	samples := benchkit.Samples{}
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep,
-			benchkit.Arm{Name: "small", Run: func() time.Duration { return benchkit.Timed(func() { check(conn, small) }) }},
-			benchkit.Arm{Name: "big", Run: func() time.Duration { return benchkit.Timed(func() { check(conn, big) }) }},
-		)
-		rep++
-	}
+	samples := benchkit.Repeat(b,
+		benchkit.Arm{Name: "small", Run: func() time.Duration { return benchkit.Timed(func() { check(conn, small) }) }},
+		benchkit.Arm{Name: "big", Run: func() time.Duration { return benchkit.Timed(func() { check(conn, big) }) }},
+	)
 	lo, hi := samples.Median("small"), samples.Median("big")
 	b.ReportMetric(float64(small), "batch-small")
 	b.ReportMetric(float64(big), "batch-big")

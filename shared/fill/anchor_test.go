@@ -18,21 +18,6 @@ import (
 // already there need no grace. A test here that holds an xid across a
 // pass does not run in parallel (see fill_test.go).
 
-// readEvents is read_events(after, max): the sequences a consumer at
-// after may take now.
-func readEvents(t *testing.T, db *testdb.DB, after int64, max int) []int64 {
-	t.Helper()
-	rs, err := db.Pool.Query(context.Background(), `SELECT sequence FROM outbox.read_events($1, $2)`, after, max)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seqs, err := pgx.CollectRows(rs, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return seqs
-}
-
 // consume reads everything a consumer named name may take from its
 // position, commits the position, and returns what it read.
 func consume(t *testing.T, db *testdb.DB, name string) []int64 {
@@ -44,7 +29,7 @@ func consume(t *testing.T, db *testdb.DB, name string) []int64 {
 	}
 	var read []int64
 	for {
-		page := readEvents(t, db, pos, 500)
+		page := db.ReadEvents(t, pos, 500)
 		if len(page) == 0 {
 			break
 		}
@@ -74,14 +59,6 @@ func openBatch(t *testing.T, db *testdb.DB, n int) (*writer, []int64) {
 	return w, held
 }
 
-func span(lo, hi int64) []int64 {
-	var s []int64
-	for i := lo; i <= hi; i++ {
-		s = append(s, i)
-	}
-	return s
-}
-
 // The reproduction: writer A holds 1..n open, B commits n+1 above it. The
 // first pass must not anchor above A's events, a consumer must not pass
 // them, prune must not delete them; once A commits a consumer gets them
@@ -100,7 +77,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			db := testdb.New(t)
 			ctx := context.Background()
 			a, held := openBatch(t, db, c.n)
-			if want := span(1, int64(c.n)); !slices.Equal(held, want) {
+			if want := testdb.Span(1, int64(c.n)); !slices.Equal(held, want) {
 				t.Fatalf("writer A holds %v, want %v", held, want)
 			}
 			b := commit(t, db, 1) // n+1, committed above A's
@@ -119,7 +96,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			if res.Filled != 0 {
 				t.Errorf("first pass: Filled = %d, want 0", res.Filled)
 			}
-			if got := readEvents(t, db, 0, 100); len(got) != 0 {
+			if got := db.ReadEvents(t, 0, 100); len(got) != 0 {
 				t.Errorf("read_events(0, 100) = %v, want nothing before A's events are decided", got)
 			}
 			if got := consume(t, db, "c"); len(got) != 0 {
@@ -150,7 +127,7 @@ func TestFirstWatermarkWaitsForTheProofOfAnOpenPrefix(t *testing.T) {
 			if res.Filled != 0 || res.PassedOver != 0 {
 				t.Errorf("after A commits: Filled = %d, PassedOver = %d, want 0 and 0", res.Filled, res.PassedOver)
 			}
-			if got, want := consume(t, db, "c"), span(1, b); !slices.Equal(got, want) {
+			if got, want := consume(t, db, "c"), testdb.Span(1, b); !slices.Equal(got, want) {
 				t.Errorf("the consumer read %d events (%v...), want all %d", len(got), got[:min(len(got), 5)], len(want))
 			}
 			pres, err = pr.RunOnce(ctx, nil)
@@ -186,7 +163,7 @@ func TestDeletedPrefixIsPassedOverOnlyOnceProven(t *testing.T) {
 		t.Errorf("first pass: Watermark = %d, want 0 while the writer of %d runs", res.Watermark, late)
 	}
 	wantWaiting(t, res, WaitingProof)
-	if got := readEvents(t, db, 0, 100); len(got) != 0 {
+	if got := db.ReadEvents(t, 0, 100); len(got) != 0 {
 		t.Errorf("read_events(0, 100) = %v, want nothing before the proof", got)
 	}
 
@@ -208,7 +185,7 @@ func TestDeletedPrefixIsPassedOverOnlyOnceProven(t *testing.T) {
 	if got := rows(t, db); len(got) != 10 {
 		t.Errorf("%d rows, want the 10 events and nothing written", len(got))
 	}
-	if got, want := readEvents(t, db, 0, 100), span(late, top); !slices.Equal(got, want) {
+	if got, want := db.ReadEvents(t, 0, 100), testdb.Span(late, top); !slices.Equal(got, want) {
 		t.Errorf("read_events(0, 100) = %v, want %v: the late writer's event first", got, want)
 	}
 }
@@ -218,9 +195,9 @@ func TestHistoricalGapsNeedNoGrace(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	commit(t, db, 2) // 1, 2
-	burn(t, db, 3)   // 3..5
+	db.Burn(t, 3)    // 3..5
 	commit(t, db, 1) // 6
-	burn(t, db, 2)   // 7, 8: a historical burned tail
+	db.Burn(t, 2)    // 7, 8: a historical burned tail
 	cfg := testConfig()
 	cfg.Grace = time.Hour
 	res := runPass(t, newService(t, db.Pool, cfg, Options{}))
@@ -241,7 +218,7 @@ func TestHistoricalGapsNeedNoGrace(t *testing.T) {
 func TestYoungOutboxFillsFromTheStart(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	burn(t, db, 2)   // 1, 2
+	db.Burn(t, 2)    // 1, 2
 	commit(t, db, 1) // 3
 	cfg := testConfig()
 	cfg.Grace = time.Hour
@@ -263,10 +240,10 @@ func TestRuleHistoricalFillCappedAtFirstHead(t *testing.T) {
 	// Not parallel: holds the cluster-wide xid horizon (see the file comment).
 	db := testdb.New(t)
 	ctx := context.Background()
-	commit(t, db, 1)                // 1
-	historical, _ := burn(t, db, 1) // 2: a gap present at the first run
-	commit(t, db, 1)                // 3: the first run's head
-	old := openWriter(t, db)        // an older transaction holds the proof back
+	commit(t, db, 1)               // 1
+	historical, _ := db.Burn(t, 1) // 2: a gap present at the first run
+	commit(t, db, 1)               // 3: the first run's head
+	old := openWriter(t, db)       // an older transaction holds the proof back
 	if _, err := old.tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +307,7 @@ func TestPrunedHistoryIsNotRefilled(t *testing.T) {
 func TestEmptyTableProvenPrefixIsPassedOver(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	burn(t, db, 3)
+	db.Burn(t, 3)
 	cfg := testConfig()
 	cfg.PageSize = 2
 	s := newService(t, db.Pool, cfg, Options{})

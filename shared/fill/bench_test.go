@@ -217,7 +217,7 @@ func BenchmarkFillWatching(b *testing.B) {
 		}
 		dbs[n] = db
 	}
-	stmts, dbNS := map[int64][]float64{}, map[int64][]float64{}
+	ticks := benchkit.NewPerTick()
 	watch := func(n int64) benchkit.Arm {
 		return benchkit.Arm{Name: fmt.Sprint(n), Run: func() time.Duration {
 			db := dbs[n]
@@ -246,25 +246,12 @@ func BenchmarkFillWatching(b *testing.B) {
 			if err, _ := writeErr.Load().(error); err != nil {
 				b.Fatalf("writer: %v", err)
 			}
-			stmts[n] = append(stmts[n], float64(res.Statements)/float64(res.Ticks))
-			perTick := t.Total() / time.Duration(res.Ticks)
-			dbNS[n] = append(dbNS[n], float64(perTick))
-			return perTick
+			return ticks.Record(n, res.Statements, res.Ticks, t.Total())
 		}}
 	}
-	var arms []benchkit.Arm
-	for _, n := range sizes {
-		arms = append(arms, watch(n))
-	}
-	benchkit.Repeat(b, arms...)
-	small, large := sizes[0], sizes[len(sizes)-1]
-	for _, n := range sizes {
-		b.ReportMetric(benchkit.Median(stmts[n]), fmt.Sprintf("statements/tick@%d", n))
-		b.ReportMetric(benchkit.Median(dbNS[n])/1e6, fmt.Sprintf("db-ms/tick@%d", n))
-	}
-	b.ReportMetric(benchkit.Median(stmts[large])*float64(time.Minute/DefaultTick), "statements/minute")
-	b.ReportMetric(benchkit.Median(dbNS[large])/benchkit.Median(dbNS[small]), "db-time/smallest-table")
-	b.ReportMetric(benchkit.Median(stmts[large])/benchkit.Median(stmts[small]), "statements/smallest-table")
+	benchkit.Repeat(b, benchkit.Each(sizes, watch)...)
+	ticks.Report(b, sizes)
+	b.ReportMetric(ticks.Statements(sizes[len(sizes)-1])*float64(time.Minute/DefaultTick), "statements/minute")
 }
 
 // BenchmarkFillPooler: one bounded pass with the template's settings over

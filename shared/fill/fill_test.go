@@ -212,7 +212,7 @@ func TestOpenWriterCommitsDuringProof(t *testing.T) {
 func TestBatchLimitAllFilledInOnePassGraceOnce(t *testing.T) {
 	t.Parallel()
 	db := startedDB(t)
-	first, last := burn(t, db, 5)
+	first, last := db.Burn(t, 5)
 	top := commit(t, db, 1)
 
 	clk := &clock{}
@@ -257,8 +257,8 @@ func TestStallAboveMarkerHeadStartsNextCycle(t *testing.T) {
 		t.Errorf("Cycle = %+v, want a cycle with marker head 3", res.Cycle)
 	}
 	w.commit()
-	gap, _ := burn(t, db, 1) // 4, allocated after the marker: above its head 3
-	commit(t, db, 1)         // 5
+	gap, _ := db.Burn(t, 1) // 4, allocated after the marker: above its head 3
+	commit(t, db, 1)        // 5
 
 	res = runPass(t, s)
 	wantCaughtUp(t, res)
@@ -274,7 +274,7 @@ func TestStallAboveMarkerHeadStartsNextCycle(t *testing.T) {
 func TestBurnedTailFilled(t *testing.T) {
 	t.Parallel()
 	db := startedDB(t)
-	first, last := burn(t, db, 3)
+	first, last := db.Burn(t, 3)
 
 	cfg := testConfig()
 	cfg.Grace = pass.Off
@@ -290,7 +290,7 @@ func TestBurnedTailFilled(t *testing.T) {
 		t.Errorf("Head = %d, want %d", res.Head, last)
 	}
 	got := rows(t, db)
-	wantPlaceholders(t, got, span(first, last)...)
+	wantPlaceholders(t, got, testdb.Span(first, last)...)
 	if len(got) != int(last) {
 		t.Errorf("rows above the head %d: %v", last, got)
 	}
@@ -310,7 +310,7 @@ func TestFilledRangeNotifiedPerInsert(t *testing.T) {
 	listener := db.Connect(t)
 	testdb.Exec(t, listener, `LISTEN `+channel)
 	started(t, db)
-	first, last := burn(t, db, 5)
+	first, last := db.Burn(t, 5)
 	commit(t, db, 1)
 
 	cfg := testConfig()

@@ -84,24 +84,6 @@ func commit(t testing.TB, db *testdb.DB, n int) int64 {
 	return last
 }
 
-// burn plays a writer that publishes n events and rolls back, leaving n
-// allocated sequences that will never be written.
-func burn(t testing.TB, db *testdb.DB, n int) (first, last int64) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	err = tx.QueryRow(ctx,
-		`SELECT min(s), max(s) FROM outbox.publish_batch('t', array_fill('{"burned":true}'::jsonb, ARRAY[$1::int])) AS s`, n).Scan(&first, &last)
-	if err != nil {
-		t.Fatalf("burn %d: %v", n, err)
-	}
-	return first, last
-}
-
 // writer is an open transaction on its own connection.
 type writer struct {
 	t    testing.TB
@@ -287,7 +269,7 @@ func startedDB(t testing.TB) *testdb.DB {
 func stallBehindRollback(t testing.TB) (db *testdb.DB, gap int64) {
 	t.Helper()
 	db = startedDB(t)
-	gap, _ = burn(t, db, 1)
+	gap, _ = db.Burn(t, 1)
 	commit(t, db, 1)
 	return db, gap
 }

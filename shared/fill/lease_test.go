@@ -25,9 +25,9 @@ import (
 func TestConcurrentPassesLease(t *testing.T) {
 	t.Parallel()
 	db := startedDB(t)
-	burn(t, db, 3)
+	db.Burn(t, 3)
 	commit(t, db, 1)
-	burn(t, db, 2)
+	db.Burn(t, 2)
 	commit(t, db, 1) // 1..8, 5 burned
 
 	cfg := testConfig()

@@ -66,7 +66,7 @@ func TestSkipEndsABlockedCycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer blocker.rollback()
-	gap, _ := burn(t, db, 1)
+	gap, _ := db.Burn(t, 1)
 	top := commit(t, db, 1)
 
 	cfg := testConfig()

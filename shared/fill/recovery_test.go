@@ -88,7 +88,7 @@ func TestLockedFillStateEndsThePassOnItsBudget(t *testing.T) {
 
 func TestLockedEventsEndThePassOnItsBudget(t *testing.T) {
 	db := startedDB(t)
-	burn(t, db, 1)
+	db.Burn(t, 1)
 	lockedBy(t, db, `LOCK TABLE outbox.events IN ACCESS EXCLUSIVE MODE`)
 	cfg := testConfig()
 	cfg.PassBudget = time.Second
@@ -140,7 +140,7 @@ func TestRestartMidPassSameInvocationRecovers(t *testing.T) {
 	}
 	db := startedDB(t)
 	commit(t, db, 3)
-	gapSeq, _ := burn(t, db, 1)
+	gapSeq, _ := db.Burn(t, 1)
 	commit(t, db, 2)
 	before := rows(t, db)
 
@@ -175,7 +175,7 @@ func TestRestartMidPassSameInvocationRecovers(t *testing.T) {
 // says so, takes a fresh one and fills.
 func TestForeignMarkerIsDiscardedAndRetaken(t *testing.T) {
 	db := startedDB(t)
-	gapSeq, _ := burn(t, db, 1)
+	gapSeq, _ := db.Burn(t, 1)
 	top := commit(t, db, 1)
 	testdb.Exec(t, db.Pool, `UPDATE outbox.fill_state SET cycle_from = 1, cycle_first_seen_at = now() - interval '1 hour',
 		cycle_marker = (pg_snapshot_xmax(pg_current_snapshot())::text::bigint + 1000000000)::text::xid8,

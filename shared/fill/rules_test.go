@@ -28,7 +28,7 @@ func TestCommittedRowsUntouched(t *testing.T) {
 	db := testdb.New(t)
 	for i := 0; i < 5; i++ {
 		commit(t, db, 2)
-		burn(t, db, 2)
+		db.Burn(t, 2)
 	}
 	commit(t, db, 1)
 	before := rows(t, db)
@@ -192,7 +192,7 @@ func TestRuleProofOpenWriterNeverFilled(t *testing.T) {
 func TestRuleNeverOverwriteNeverAboveHead(t *testing.T) {
 	t.Parallel()
 	db, _ := stallBehindRollback(t) // 1, gap 2, 3
-	burn(t, db, 2)                  // 4, 5: the tail
+	db.Burn(t, 2)                   // 4, 5: the tail
 	before := rows(t, db)
 
 	cfg := testConfig()
@@ -222,7 +222,7 @@ func TestRuleNeverOverwriteNeverAboveHead(t *testing.T) {
 func TestRuleNeverOverwriteARowWrittenAfterThePageRead(t *testing.T) {
 	t.Parallel()
 	db := startedDB(t)
-	first, last := burn(t, db, 3) // 2..4
+	first, last := db.Burn(t, 3) // 2..4
 	commit(t, db, 1)
 
 	cfg := testConfig()

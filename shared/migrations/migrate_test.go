@@ -18,10 +18,7 @@ func TestApplyTwiceIsANoOp(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	all, err := migrate.Load("second_outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := mustLoad(t, "second_outbox")
 
 	first, err := migrate.Apply(ctx, db.Pool, "second_outbox")
 	if err != nil {
@@ -143,20 +140,11 @@ func TestAllocationHead(t *testing.T) {
 func TestDeliveriesIndexesSkipAcked(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	ctx := context.Background()
-	rows, err := db.Pool.Query(ctx, `
+	covered := map[string]bool{}
+	for name, pred := range testdb.Map[string, string](t, db.Pool, `
 		SELECT c.relname, coalesce(pg_get_expr(i.indpred, i.indrelid), '')
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		WHERE i.indrelid = 'outbox.deliveries'::regclass AND NOT i.indisprimary`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	covered := map[string]bool{}
-	for rows.Next() {
-		var name, pred string
-		if err := rows.Scan(&name, &pred); err != nil {
-			t.Fatal(err)
-		}
+		WHERE i.indrelid = 'outbox.deliveries'::regclass AND NOT i.indisprimary`) {
 		if pred == "" || strings.Contains(pred, "acked") {
 			t.Errorf("index %s covers acked rows (predicate %q)", name, pred)
 		}
@@ -165,9 +153,6 @@ func TestDeliveriesIndexesSkipAcked(t *testing.T) {
 				covered[state] = true
 			}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
 	}
 	for _, state := range []string{"pending", "delivered", "dead"} {
 		if !covered[state] {

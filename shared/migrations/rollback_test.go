@@ -19,10 +19,7 @@ import (
 func TestAnOlderBuildRunsOnlyPastCompatibleMigrations(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	all, err := migrate.Load(testdb.Schema)
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := mustLoad(t, testdb.Schema)
 	upTo := func(v int) []migrate.Migration {
 		if i := slices.IndexFunc(all, func(m migrate.Migration) bool { return m.Version() > v }); i >= 0 {
 			return all[:i]
@@ -53,7 +50,7 @@ func TestAnOlderBuildRunsOnlyPastCompatibleMigrations(t *testing.T) {
 	if err := check(upTo(unmarked.Version())); err != nil {
 		t.Errorf("%s's build refuses a schema whose newer migrations are all compatible: %v", unmarked.Name, err)
 	}
-	err = check(upTo(before.Version()))
+	err := check(upTo(before.Version()))
 	var verr *migrate.VersionError
 	if !errors.As(err, &verr) {
 		t.Fatalf("%s's build on a schema with %s (not compatible) applied: %v, want a *VersionError", before.Name, unmarked.Name, err)

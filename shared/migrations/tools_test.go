@@ -57,33 +57,14 @@ func startsEveryFunction(t *testing.T, db *testdb.DB, schema string) {
 // compatible, as the version check reads it.
 func recorded(t *testing.T, db *testdb.DB, schema string) map[string]string {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(),
+	return testdb.Map[string, string](t, db.Pool,
 		`SELECT name, checksum || ' ' || compatible FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for rows.Next() {
-		var name, v string
-		if err := rows.Scan(&name, &v); err != nil {
-			t.Fatal(err)
-		}
-		out[name] = v
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func wantRecorded(t *testing.T, schema string, upTo int) map[string]string {
 	t.Helper()
-	list, err := migrate.Load(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]string{}
-	for _, m := range list {
+	for _, m := range mustLoad(t, schema) {
 		if m.Version() <= upTo {
 			out[m.Name] = m.Checksum + " " + map[bool]string{true: "true", false: "false"}[m.Compatible]
 		}

@@ -351,13 +351,7 @@ func alternate(b *testing.B, arms []benchkit.Arm) benchkit.Samples {
 	for _, a := range arms {
 		a.Run() // warm up the pools and every plan
 	}
-	samples := benchkit.Samples{}
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep, arms...)
-		rep++
-	}
-	return samples
+	return benchkit.Repeat(b, arms...)
 }
 
 // BenchmarkInsert: committed transactions of one event each from 4

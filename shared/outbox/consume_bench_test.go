@@ -3,9 +3,6 @@ package outbox_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,11 +28,8 @@ func BenchmarkConsumeLatency(b *testing.B) {
 		}
 	}
 	for _, mode := range []string{"poll", "listen"} {
-		all := latencies[mode]
-		slices.Sort(all)
-		pct := func(p float64) float64 { return all[min(len(all)-1, int(p*float64(len(all))))] }
-		b.ReportMetric(pct(0.5), mode+"-p50-ms")
-		b.ReportMetric(pct(0.99), mode+"-p99-ms")
+		b.ReportMetric(benchkit.Percentile(latencies[mode], 0.5), mode+"-p50-ms")
+		b.ReportMetric(benchkit.Percentile(latencies[mode], 0.99), mode+"-p99-ms")
 	}
 }
 
@@ -54,49 +48,23 @@ func consumeRun(b *testing.B, listen bool, events int) []float64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var mu sync.Mutex
-	committed, handled := map[int64]time.Time{}, map[int64]time.Time{}
+	lat := benchkit.NewLatencies()
 	consumed := make(chan error, 1)
 	go func() {
 		consumed <- ob.Consume(ctx, opts, func(_ context.Context, evs []outbox.Event) error {
 			at := time.Now()
-			mu.Lock()
-			defer mu.Unlock()
 			for _, e := range evs {
-				handled[e.Sequence] = at
+				lat.Arrived(e.Sequence, at)
 			}
 			return nil
 		})
 	}()
 	time.Sleep(300 * time.Millisecond) // registered, and listening when it listens
-	for i := range events {
-		seq := testdb.Scalar[int64](b, db.Pool, `SELECT outbox.publish('orders.created', $1::jsonb)`, fmt.Sprintf(`{"n":%d}`, i))
-		mu.Lock()
-		committed[seq] = time.Now()
-		mu.Unlock()
-		time.Sleep(time.Duration(20+rand.IntN(100)) * time.Millisecond)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		n := len(handled)
-		mu.Unlock()
-		if n >= events || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	lat.CommitPaced(events, func(i int) int64 {
+		return testdb.Scalar[int64](b, db.Pool, `SELECT outbox.publish('orders.created', $1::jsonb)`, fmt.Sprintf(`{"n":%d}`, i))
+	})
+	lat.Wait(events, 5*time.Second)
 	cancel()
 	<-consumed
-	mu.Lock()
-	defer mu.Unlock()
-	var out []float64
-	for seq, c := range committed {
-		h, ok := handled[seq]
-		if !ok {
-			b.Fatalf("sequence %d never reached the handler", seq)
-		}
-		out = append(out, float64(h.Sub(c).Microseconds())/1000)
-	}
-	return out
+	return lat.Millis(b, "sequence %d never reached the handler")
 }

@@ -43,28 +43,6 @@ func publishCommitted(t *testing.T, ob *outbox.Outbox, n int) []int64 {
 	return seqs
 }
 
-// sqlRead is read_events called as any language calls it.
-func sqlRead(t *testing.T, db *testdb.DB, after int64, max int) []int64 {
-	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT sequence FROM outbox.read_events($1, $2)`, after, max)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return seqs
-}
-
-func span(lo, hi int64) []int64 {
-	var s []int64
-	for i := lo; i <= hi; i++ {
-		s = append(s, i)
-	}
-	return s
-}
-
 // A consumer moves across a pruned prefix (absent, at or below the fill
 // watermark: passed over) and stops at a gap above the watermark that is
 // not yet proven (its writer still runs), in Go and in SQL alike; once the
@@ -101,19 +79,19 @@ func TestConsumerCrossesAPrunedPrefixAndStopsAtAnUnprovenGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := span(7, 10); !slices.Equal(sequencesOf(got), want) {
+	if want := testdb.Span(7, 10); !slices.Equal(sequencesOf(got), want) {
 		t.Errorf("ReadContiguous(0) = %v, want %v: over the pruned 1..6, stopping before the unproven 11", sequencesOf(got), want)
 	}
-	if got, want := sqlRead(t, db, 0, 100), span(7, 10); !slices.Equal(got, want) {
+	if got, want := db.ReadEvents(t, 0, 100), testdb.Span(7, 10); !slices.Equal(got, want) {
 		t.Errorf("read_events(0) = %v, want %v", got, want)
 	}
-	if got := sqlRead(t, db, 10, 100); len(got) != 0 {
+	if got := db.ReadEvents(t, 10, 100); len(got) != 0 {
 		t.Errorf("read_events(10) = %v, want nothing while 11 is unproven", got)
 	}
 	if err := wtx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := sqlRead(t, db, 10, 100), []int64{11, 12}; !slices.Equal(got, want) {
+	if got, want := db.ReadEvents(t, 10, 100), []int64{11, 12}; !slices.Equal(got, want) {
 		t.Errorf("read_events(10) after the commit = %v, want %v", got, want)
 	}
 }
@@ -404,7 +382,7 @@ func TestConsumeHandsBatchesInOrderAndCommitsAfter(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Consume = %v, want context.Canceled", err)
 	}
-	if !slices.Equal(seen, span(1, 25)) {
+	if !slices.Equal(seen, testdb.Span(1, 25)) {
 		t.Errorf("events handed over = %v, want 1..25 in order", seen)
 	}
 	if !slices.Equal(batches, []int{10, 10, 5}) {

@@ -12,12 +12,8 @@ import (
 
 func TestZeroConfigIsTheDefaults(t *testing.T) {
 	t.Parallel()
-	got := Config{}.WithDefaults()
-	want := Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: pass.Off,
-		BatchLimit: 5000, PassBudget: 20 * time.Second}
-	if got != want {
-		t.Fatalf("Config{}.WithDefaults() = %+v, want %+v", got, want)
-	}
+	settingtest.Defaults(t, Config{}.WithDefaults(), Config{Schema: "outbox", AckedAfter: 24 * time.Hour, DeadAfter: 168 * time.Hour, EventsAfter: pass.Off,
+		BatchLimit: 5000, PassBudget: 20 * time.Second})
 }
 
 func TestNewAcceptsTheDefaultsAndKeep(t *testing.T) {

@@ -4,15 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
@@ -56,7 +52,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var batches [][]types.SendMessageBatchRequestEntry
+	var bodies [][]byte
 	for rows.Next() {
 		var e target.Event
 		if err := rows.Scan(&e.Sequence, &e.Topic, &e.Payload, &e.Headers, &e.RecordedAt); err != nil {
@@ -66,26 +62,14 @@ func BenchmarkRelayThroughput(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if (e.Sequence-1)%10 == 0 {
-			batches = append(batches, nil)
-		}
-		last := &batches[len(batches)-1]
-		*last = append(*last, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(len(*last))), MessageBody: aws.String(string(body))})
+		bodies = append(bodies, body)
 	}
 	if err := rows.Err(); err != nil {
 		b.Fatal(err)
 	}
 	client := sqs.NewFromConfig(awstest.Config(b))
 
-	samples := benchkit.Samples{}
-	bare := benchkit.Arm{Name: "bare", Run: func() time.Duration {
-		url := sqstest.NewQueue(b, client, "bench-bare", nil)
-		return benchkit.Timed(func() {
-			if err := sqstest.BareSend(ctx, client, url, batches, benchConcurrency); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}}
+	bare := sqstest.BareArm(b, ctx, client, sqstest.Batches(bodies), benchConcurrency)
 	relay := benchkit.Arm{Name: "relay", Run: func() time.Duration {
 		url := sqstest.NewQueue(b, client, "bench-relay", nil)
 		s := newTestService(b, db, Config{Target: url, GroupBy: GroupByNone, Concurrency: benchConcurrency, Bounded: true, PassBudget: 10 * time.Minute})
@@ -97,15 +81,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 			}
 		})
 	}}
-	b.ResetTimer()
-	for rep := range b.N {
-		samples.Alternate(rep, bare, relay)
-	}
-	b.StopTimer()
-	bareRate, relayRate := float64(n)/samples.Median("bare"), float64(n)/samples.Median("relay")
-	b.ReportMetric(bareRate, "bare-msgs/s")
-	b.ReportMetric(relayRate, "relay-msgs/s")
-	b.ReportMetric(relayRate/bareRate, "relay/bare")
+	benchkit.CompareRates(b, n, bare, relay)
 }
 
 // BenchmarkRelayLatency: commit → message visible in an SQS queue on
@@ -123,11 +99,9 @@ func BenchmarkRelayLatency(b *testing.B) {
 		all = append(all, latencyRun(b, client, events)...)
 	}
 	b.StopTimer()
-	slices.Sort(all)
-	pct := func(p float64) float64 { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	b.ReportMetric(pct(0.5), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(all[len(all)-1], "max-ms")
+	b.ReportMetric(benchkit.Percentile(all, 0.5), "p50-ms")
+	b.ReportMetric(benchkit.Percentile(all, 0.99), "p99-ms")
+	b.ReportMetric(benchkit.Percentile(all, 1), "max-ms")
 }
 
 // latencyRun relays events commits once and returns each one's latency
@@ -140,8 +114,7 @@ func latencyRun(b *testing.B, client *sqs.Client, events int) []float64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var mu sync.Mutex
-	committed, received := map[int64]time.Time{}, map[int64]time.Time{}
+	lat := benchkit.NewLatencies()
 	relayed := make(chan error, 1)
 	go func() {
 		_, err := s.RunOnce(ctx, nil)
@@ -159,45 +132,20 @@ func latencyRun(b *testing.B, client *sqs.Client, events int) []float64 {
 					Sequence int64 `json:"sequence"`
 				}
 				if json.Unmarshal([]byte(aws.ToString(m.Body)), &e) == nil {
-					mu.Lock()
-					received[e.Sequence] = at
-					mu.Unlock()
+					lat.Arrived(e.Sequence, at)
 				}
 				_, _ = client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
 			}
 		}
 	}()
 	time.Sleep(300 * time.Millisecond) // the pass has taken its lease
-	for i := range events {
-		seq := testdb.Scalar[int64](b, db.Pool, `SELECT outbox.publish('orders.created', $1::jsonb)`, benchPayload(i))
-		mu.Lock()
-		committed[seq] = time.Now()
-		mu.Unlock()
-		time.Sleep(time.Duration(20+rand.IntN(100)) * time.Millisecond)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := len(received)
-		mu.Unlock()
-		if n >= events || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	lat.CommitPaced(events, func(i int) int64 {
+		return testdb.Scalar[int64](b, db.Pool, `SELECT outbox.publish('orders.created', $1::jsonb)`, benchPayload(i))
+	})
+	lat.Wait(events, 10*time.Second)
 	cancel()
 	<-relayed
-	mu.Lock()
-	defer mu.Unlock()
-	var out []float64
-	for seq, c := range committed {
-		r, ok := received[seq]
-		if !ok {
-			b.Fatalf("sequence %d never arrived", seq)
-		}
-		out = append(out, float64(r.Sub(c).Microseconds())/1000)
-	}
-	return out
+	return lat.Millis(b, "sequence %d never arrived")
 }
 
 // BenchmarkRelayIdleTick: a watching relay with nothing to send, caught up
@@ -226,7 +174,7 @@ func BenchmarkRelayIdleTick(b *testing.B) {
 		}
 		dbs[n] = db
 	}
-	stmts, dbNS, buffers := map[int64][]float64{}, map[int64][]float64{}, map[int64]float64{}
+	ticks, buffers := benchkit.NewPerTick(), map[int64]float64{}
 	for _, n := range sizes {
 		buffers[n] = probeBuffers(b, dbs[n])
 	}
@@ -239,29 +187,15 @@ func BenchmarkRelayIdleTick(b *testing.B) {
 			if err != nil || r.Sent != 0 || r.Ticks == 0 {
 				b.Fatalf("idle pass at %d: sent %d ticks %d: %v", n, r.Sent, r.Ticks, err)
 			}
-			stmts[n] = append(stmts[n], float64(r.Statements)/float64(r.Ticks))
-			perTick := t.Total() / time.Duration(r.Ticks)
-			dbNS[n] = append(dbNS[n], float64(perTick))
-			return perTick
+			return ticks.Record(n, r.Statements, r.Ticks, t.Total())
 		}}
 	}
-	var arms []benchkit.Arm
+	benchkit.Repeat(b, benchkit.Each(sizes, watch)...)
+	ticks.Report(b, sizes)
 	for _, n := range sizes {
-		arms = append(arms, watch(n))
-	}
-	rep := 0
-	for b.Loop() {
-		benchkit.Samples{}.Alternate(rep, arms...)
-		rep++
-	}
-	small, large := sizes[0], sizes[len(sizes)-1]
-	for _, n := range sizes {
-		b.ReportMetric(benchkit.Median(stmts[n]), fmt.Sprintf("statements/tick@%d", n))
-		b.ReportMetric(benchkit.Median(dbNS[n])/1e6, fmt.Sprintf("db-ms/tick@%d", n))
 		b.ReportMetric(buffers[n], fmt.Sprintf("probe-buffers@%d", n))
 	}
-	b.ReportMetric(benchkit.Median(stmts[large])/benchkit.Median(stmts[small]), "statements/smallest-table")
-	b.ReportMetric(benchkit.Median(dbNS[large])/benchkit.Median(dbNS[small]), "db-time/smallest-table")
+	small, large := sizes[0], sizes[len(sizes)-1]
 	b.ReportMetric(buffers[large]/buffers[small], "buffers/smallest-table")
 }
 

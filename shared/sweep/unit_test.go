@@ -12,11 +12,7 @@ import (
 
 func TestZeroConfigIsTheDefaults(t *testing.T) {
 	t.Parallel()
-	got := Config{}.WithDefaults()
-	want := Config{Schema: "outbox", StuckAfter: 60 * time.Second, BatchLimit: 1000, MaxRedeliveries: 10, PassBudget: 20 * time.Second}
-	if got != want {
-		t.Fatalf("Config{}.WithDefaults() = %+v, want %+v", got, want)
-	}
+	settingtest.Defaults(t, Config{}.WithDefaults(), Config{Schema: "outbox", StuckAfter: 60 * time.Second, BatchLimit: 1000, MaxRedeliveries: 10, PassBudget: 20 * time.Second})
 }
 
 func TestNewAcceptsTheDefaultsAndNeverDead(t *testing.T) {

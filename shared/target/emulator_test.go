@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/envelopetest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/sqstest"
 )
 
@@ -61,14 +62,6 @@ func requireAllSent(t *testing.T, res Result) {
 			t.Fatalf("message %s: %v %s %s, want sent", o.ID, o.Status, o.Code, o.Message)
 		}
 	}
-}
-
-type envelope struct {
-	Sequence   int64           `json:"sequence"`
-	Topic      string          `json:"topic"`
-	RecordedAt string          `json:"recorded_at"`
-	Headers    json.RawMessage `json:"headers"`
-	Payload    json.RawMessage `json:"payload"`
 }
 
 // sendAll sends msgs through s, requires every one sent, and checks that
@@ -117,11 +110,7 @@ func sequences(t *testing.T, bodies []string) []int64 {
 	t.Helper()
 	var out []int64
 	for _, b := range bodies {
-		var e envelope
-		if err := json.Unmarshal([]byte(b), &e); err != nil {
-			t.Fatalf("body %q is not an envelope: %v", b, err)
-		}
-		out = append(out, e.Sequence)
+		out = append(out, envelopetest.Parse(t, b).Sequence)
 	}
 	return out
 }
@@ -341,9 +330,9 @@ func TestEventBridgeBusDeliversEnvelopesAsDetailThroughARule(t *testing.T) {
 		t.Fatalf("rule delivered %d events, want 12", len(got))
 	}
 	var ev struct {
-		Source     string   `json:"source"`
-		DetailType string   `json:"detail-type"`
-		Detail     envelope `json:"detail"`
+		Source     string                `json:"source"`
+		DetailType string                `json:"detail-type"`
+		Detail     envelopetest.Envelope `json:"detail"`
 	}
 	if err := json.Unmarshal([]byte(aws.ToString(got[0].Body)), &ev); err != nil {
 		t.Fatalf("delivered event is not JSON: %v", err)

@@ -105,9 +105,5 @@ func Statements(t testing.TB, ctx context.Context, db *testdb.DB, stmts ...State
 // Sequences are n sequences from first on: the missing ones a
 // placeholder insert writes.
 func Sequences(first int64, n int) []int64 {
-	s := make([]int64, n)
-	for i := range s {
-		s[i] = first + int64(i)
-	}
-	return s
+	return testdb.Span(first, first+int64(n)-1)
 }

@@ -3,6 +3,7 @@ package lambdatest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,19 @@ func BadConfigFailsInit(t *testing.T, function, variable, value string) {
 	if logs := fn.AwaitLogs(func(l string) bool { return strings.Contains(l, variable) }); !strings.Contains(logs, variable) {
 		t.Fatalf("the init failure does not name %s:\n%s", variable, logs)
 	}
+}
+
+// BlockedAnswersBeforeDeadline builds and starts the function pkg on
+// databaseURL with AWS_LAMBDA_FUNCTION_TIMEOUT=deadline and its defaults
+// otherwise, and checks AnswersBeforeDeadline of payload: the timeout the
+// function runs under and the deadline checked are one number.
+func BlockedAnswersBeforeDeadline(t testing.TB, ctx context.Context, pkg, databaseURL string, payload []byte, deadline time.Duration, logWants ...string) map[string]any {
+	t.Helper()
+	fn := Start(t, Build(t, pkg), map[string]string{
+		"DATABASE_URL":                databaseURL,
+		"AWS_LAMBDA_FUNCTION_TIMEOUT": fmt.Sprint(int(deadline.Seconds())),
+	})
+	return AnswersBeforeDeadline(t, ctx, fn, payload, deadline, logWants...)
 }
 
 // AnswersBeforeDeadline invokes fn, started with

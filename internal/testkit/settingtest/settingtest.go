@@ -46,3 +46,12 @@ func Accepts[C, O, S any](t *testing.T, db pass.DB, good map[string]C, newPass f
 		})
 	}
 }
+
+// Defaults checks that the zero configuration's defaults, got (a pass's
+// Config{}.WithDefaults()), are want field for field.
+func Defaults[C comparable](t *testing.T, got, want C) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("Config{}.WithDefaults() = %+v, want %+v", got, want)
+	}
+}

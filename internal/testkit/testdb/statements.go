@@ -51,6 +51,23 @@ func Column[T any](t testing.TB, q Querier, sql string, args ...any) []T {
 	return out
 }
 
+// Map reads the two columns a statement returns, every row of it, as
+// first column -> second.
+func Map[K comparable, V any](t testing.TB, q Querier, sql string, args ...any) map[K]V {
+	t.Helper()
+	rows, err := q.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	out := map[K]V{}
+	var k K
+	var v V
+	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { out[k] = v; return nil }); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return out
+}
+
 // Exec runs a statement on the database's pool (see the package's Exec).
 func (d *DB) Exec(t testing.TB, sql string, args ...any) pgconn.CommandTag {
 	t.Helper()
