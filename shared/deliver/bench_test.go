@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/awstest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/benchkit"
@@ -34,25 +32,13 @@ func BenchmarkDeliverThroughput(b *testing.B) {
 	client := sqs.NewFromConfig(awstest.Config(b))
 
 	// The bare loop's batches: the envelopes deliver builds.
-	var batches [][]types.SendMessageBatchRequestEntry
+	bodies := make([][]byte, n)
 	for i := range n {
-		if i%10 == 0 {
-			batches = append(batches, nil)
-		}
 		tenant := fmt.Sprintf("t-%d", i%97)
-		body := Envelope(delivery{ID: int64(i + 1), Recipient: "bench", Kind: "order.created", TenantID: &tenant,
+		bodies[i] = Envelope(delivery{ID: int64(i + 1), Recipient: "bench", Kind: "order.created", TenantID: &tenant,
 			Payload: []byte(fmt.Sprintf(`{"order": %d, "total": "129.90", "items": 3}`, i))})
-		last := &batches[len(batches)-1]
-		*last = append(*last, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(len(*last))), MessageBody: aws.String(string(body))})
 	}
-	bare := benchkit.Arm{Name: "bare", Run: func() time.Duration {
-		url := sqstest.NewQueue(b, client, "bench-bare", nil)
-		return benchkit.Timed(func() {
-			if err := sqstest.BareSend(ctx, client, url, batches, DefaultConcurrency); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}}
+	bare := sqstest.BareArm(b, ctx, client, sqstest.Batches(bodies), DefaultConcurrency)
 	deliverArm := func(name string, batch int) benchkit.Arm {
 		return benchkit.Arm{Name: name, Run: func() time.Duration {
 			url := sqstest.NewQueue(b, client, "bench-"+name, nil)
@@ -73,20 +59,7 @@ func BenchmarkDeliverThroughput(b *testing.B) {
 		}}
 	}
 	// A zero BatchLimit and Concurrency are the defaults, the template's.
-	arms := []benchkit.Arm{bare, deliverArm("deliver", 0), deliverArm("deliver-batch1000", MaxBatch)}
-	samples := benchkit.Samples{}
-	b.ResetTimer()
-	for rep := range b.N {
-		samples.Alternate(rep, arms...)
-	}
-	b.StopTimer()
-	bareRate := float64(n) / samples.Median(bare.Name)
-	b.ReportMetric(bareRate, bare.Name+"-msgs/s")
-	for _, a := range arms[1:] {
-		rate := float64(n) / samples.Median(a.Name)
-		b.ReportMetric(rate, a.Name+"-msgs/s")
-		b.ReportMetric(rate/bareRate, a.Name+"/"+bare.Name)
-	}
+	benchkit.CompareRates(b, n, bare, deliverArm("deliver", 0), deliverArm("deliver-batch1000", MaxBatch))
 }
 
 // BenchmarkClaimBesideHistory: the claim statement's cost per batch (the

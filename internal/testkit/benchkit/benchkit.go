@@ -71,20 +71,24 @@ func Repeat(b *testing.B, arms ...Arm) Samples {
 	return s
 }
 
-// CompareRates times base and arm alternately (Alternate) for b.N
+// CompareRates times base and each arm alternately (Alternate) for b.N
 // repetitions, each doing n messages, and reports each one's median rate
-// as <name>-msgs/s and arm's over base's as <arm>/<base>.
-func CompareRates(b *testing.B, n int, base, arm Arm) {
+// as <name>-msgs/s and each arm's over base's as <arm>/<base>.
+func CompareRates(b *testing.B, n int, base Arm, arms ...Arm) {
 	samples := Samples{}
+	all := append([]Arm{base}, arms...)
 	b.ResetTimer()
 	for rep := range b.N {
-		samples.Alternate(rep, base, arm)
+		samples.Alternate(rep, all...)
 	}
 	b.StopTimer()
-	baseRate, armRate := float64(n)/samples.Median(base.Name), float64(n)/samples.Median(arm.Name)
+	baseRate := float64(n) / samples.Median(base.Name)
 	b.ReportMetric(baseRate, base.Name+"-msgs/s")
-	b.ReportMetric(armRate, arm.Name+"-msgs/s")
-	b.ReportMetric(armRate/baseRate, arm.Name+"/"+base.Name)
+	for _, a := range arms {
+		rate := float64(n) / samples.Median(a.Name)
+		b.ReportMetric(rate, a.Name+"-msgs/s")
+		b.ReportMetric(rate/baseRate, a.Name+"/"+base.Name)
+	}
 }
 
 // Timed runs f and returns how long it took.
