@@ -143,12 +143,8 @@ func BenchmarkCompensatePooler(b *testing.B) {
 	bb := batchBench{b: b, db: db}
 	direct, pooled := db.FunctionPools(b)
 	viaDirect, viaPooler := newHandler(b, direct), newHandler(b, pooled)
-	samples := benchkit.Repeat(b,
-		benchkit.Arm{Name: "direct", Run: func() time.Duration { d, _ := bb.handle(viaDirect); return d }},
-		benchkit.Arm{Name: "pgbouncer", Run: func() time.Duration { d, _ := bb.handle(viaPooler); return d }},
+	benchkit.ComparePooler(b,
+		func() time.Duration { d, _ := bb.handle(viaDirect); return d },
+		func() time.Duration { d, _ := bb.handle(viaPooler); return d },
 	)
-	d, p := samples.Median("direct"), samples.Median("pgbouncer")
-	b.ReportMetric(d*1000, "direct-ms")
-	b.ReportMetric(p*1000, "pgbouncer-ms")
-	b.ReportMetric(p/d, "pgbouncer/direct")
 }

@@ -270,8 +270,8 @@ func BenchmarkFillPooler(b *testing.B) {
 		_, err := conn.Exec(ctx, `SELECT setval('outbox.events_sequence_seq', $1::bigint)`, n)
 		return err
 	})
-	arm := func(name string, pooled bool) benchkit.Arm {
-		return benchkit.Arm{Name: name, Run: func() time.Duration {
+	arm := func(name string, pooled bool) func() time.Duration {
+		return func() time.Duration {
 			direct, via := fresh().FunctionPools(b)
 			pool := direct
 			if pooled {
@@ -284,11 +284,7 @@ func BenchmarkFillPooler(b *testing.B) {
 				b.Fatalf("%s: Filled = %d, Watermark = %d, want %d and %d; %v", name, res.Filled, res.Watermark, n/10, n, res)
 			}
 			return took
-		}}
+		}
 	}
-	samples := benchkit.Repeat(b, arm("direct", false), arm("pgbouncer", true))
-	direct, pooled := samples.Median("direct"), samples.Median("pgbouncer")
-	b.ReportMetric(direct*1000, "direct-ms")
-	b.ReportMetric(pooled*1000, "pgbouncer-ms")
-	b.ReportMetric(pooled/direct, "pgbouncer/direct")
+	benchkit.ComparePooler(b, arm("direct", false), arm("pgbouncer", true))
 }

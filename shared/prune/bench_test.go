@@ -33,23 +33,7 @@ var bareDeletes = []string{
 // held longer than one batch.
 func BenchmarkPrune(b *testing.B) {
 	n := benchkit.Size(1_000_000, 20_000)
-	fresh := testdb.Seeded(b, func(ctx context.Context, conn *pgx.Conn) error {
-		for _, sql := range []string{
-			`INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, created_at, delivered_at, acked_at)
-				SELECT 'agent', 'work', '\x00'::bytea, 'acked', 1, now() - interval '49 hours', now() - interval '48 hours', now() - interval '48 hours'
-				FROM generate_series(1, $1::int)`,
-			`INSERT INTO outbox.events (sequence, xid, topic, payload, recorded_at)
-				SELECT g, '5'::xid8, 'order.placed', '{"id":1}', now() - interval '48 hours' FROM generate_series(1, $1::bigint) g`,
-			`SELECT setval('outbox.events_sequence_seq', $1::bigint)`,
-			`UPDATE outbox.fill_state SET started = true, watermark = $1::bigint`,
-		} {
-			if _, err := conn.Exec(ctx, sql, n); err != nil {
-				return err
-			}
-		}
-		_, err := conn.Exec(ctx, `VACUUM ANALYZE`)
-		return err
-	})
+	fresh := pastRetention(b, n)
 	rows := float64(2 * n)
 	samples := benchkit.Samples{}
 	var passes, longestBatchMS, longestBareMS []float64
@@ -117,25 +101,9 @@ func BenchmarkPrune(b *testing.B) {
 // Target: through the pooler ≤ 1.3 × direct.
 func BenchmarkPrunePooler(b *testing.B) {
 	n := benchkit.Size(100_000, 10_000)
-	fresh := testdb.Seeded(b, func(ctx context.Context, conn *pgx.Conn) error {
-		for _, sql := range []string{
-			`INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, created_at, delivered_at, acked_at)
-				SELECT 'agent', 'work', '\x00'::bytea, 'acked', 1, now() - interval '49 hours', now() - interval '48 hours', now() - interval '48 hours'
-				FROM generate_series(1, $1::int)`,
-			`INSERT INTO outbox.events (sequence, xid, topic, payload, recorded_at)
-				SELECT g, '5'::xid8, 'order.placed', '{"id":1}', now() - interval '48 hours' FROM generate_series(1, $1::bigint) g`,
-			`SELECT setval('outbox.events_sequence_seq', $1::bigint)`,
-			`UPDATE outbox.fill_state SET started = true, watermark = $1::bigint`,
-		} {
-			if _, err := conn.Exec(ctx, sql, n); err != nil {
-				return err
-			}
-		}
-		_, err := conn.Exec(ctx, `VACUUM ANALYZE`)
-		return err
-	})
-	arm := func(name string, pooled bool) benchkit.Arm {
-		return benchkit.Arm{Name: name, Run: func() time.Duration {
+	fresh := pastRetention(b, n)
+	arm := func(name string, pooled bool) func() time.Duration {
+		return func() time.Duration {
 			direct, via := fresh().FunctionPools(b)
 			pool := direct
 			if pooled {
@@ -156,16 +124,29 @@ func BenchmarkPrunePooler(b *testing.B) {
 				b.Fatalf("%s: deleted %d, want %d", name, deleted, 2*n)
 			}
 			return took
-		}}
+		}
 	}
-	samples := benchkit.Samples{}
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep, arm("direct", false), arm("pgbouncer", true))
-		rep++
-	}
-	d, p := samples.Median("direct"), samples.Median("pgbouncer")
-	b.ReportMetric(d*1000, "direct-ms")
-	b.ReportMetric(p*1000, "pgbouncer-ms")
-	b.ReportMetric(p/d, "pgbouncer/direct")
+	benchkit.ComparePooler(b, arm("direct", false), arm("pgbouncer", true))
+}
+
+// pastRetention makes copies of a database holding n acked deliveries
+// and n events, all two days old and below the fill watermark, vacuumed.
+func pastRetention(b *testing.B, n int) func() *testdb.DB {
+	return testdb.Seeded(b, func(ctx context.Context, conn *pgx.Conn) error {
+		for _, sql := range []string{
+			`INSERT INTO outbox.deliveries (recipient, kind, payload, state, attempts, created_at, delivered_at, acked_at)
+				SELECT 'agent', 'work', '\x00'::bytea, 'acked', 1, now() - interval '49 hours', now() - interval '48 hours', now() - interval '48 hours'
+				FROM generate_series(1, $1::int)`,
+			`INSERT INTO outbox.events (sequence, xid, topic, payload, recorded_at)
+				SELECT g, '5'::xid8, 'order.placed', '{"id":1}', now() - interval '48 hours' FROM generate_series(1, $1::bigint) g`,
+			`SELECT setval('outbox.events_sequence_seq', $1::bigint)`,
+			`UPDATE outbox.fill_state SET started = true, watermark = $1::bigint`,
+		} {
+			if _, err := conn.Exec(ctx, sql, n); err != nil {
+				return err
+			}
+		}
+		_, err := conn.Exec(ctx, `VACUUM ANALYZE`)
+		return err
+	})
 }

@@ -151,9 +151,9 @@ func BenchmarkSweepPooler(b *testing.B) {
 	db := testdb.New(b)
 	seedDelivered(b, db, n, time.Hour)
 	direct, pooled := db.FunctionPools(b)
-	arm := func(name string, pool pass.DB) benchkit.Arm {
+	arm := func(name string, pool pass.DB) func() time.Duration {
 		s := newSweeper(b, pool)
-		return benchkit.Arm{Name: name, Run: func() time.Duration {
+		return func() time.Duration {
 			testdb.Exec(b, db.Pool, `UPDATE outbox.deliveries SET state = 'delivered', redeliveries = 0,
 				delivered_at = now() - interval '1 hour' WHERE state <> 'acked'`)
 			testdb.Exec(b, db.Pool, `VACUUM ANALYZE outbox.deliveries`)
@@ -163,17 +163,7 @@ func BenchmarkSweepPooler(b *testing.B) {
 				b.Fatalf("%s: Reset = %d, want %d", name, res.Reset, n)
 			}
 			return took
-		}}
+		}
 	}
-	arms := []benchkit.Arm{arm("direct", direct), arm("pgbouncer", pooled)}
-	samples := benchkit.Samples{}
-	rep := 0
-	for b.Loop() {
-		samples.Alternate(rep, arms...)
-		rep++
-	}
-	d, p := samples.Median("direct"), samples.Median("pgbouncer")
-	b.ReportMetric(d*1000, "direct-ms")
-	b.ReportMetric(p*1000, "pgbouncer-ms")
-	b.ReportMetric(p/d, "pgbouncer/direct")
+	benchkit.ComparePooler(b, arm("direct", direct), arm("pgbouncer", pooled))
 }

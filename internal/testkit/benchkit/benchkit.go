@@ -91,6 +91,17 @@ func CompareRates(b *testing.B, n int, base Arm, arms ...Arm) {
 	}
 }
 
+// ComparePooler times one pass straight to the server (direct) and
+// through PgBouncer (pooled) alternately (Repeat), and reports each one's
+// median as direct-ms and pgbouncer-ms, and pgbouncer/direct.
+func ComparePooler(b *testing.B, direct, pooled func() time.Duration) {
+	s := Repeat(b, Arm{Name: "direct", Run: direct}, Arm{Name: "pgbouncer", Run: pooled})
+	d, p := s.Median("direct"), s.Median("pgbouncer")
+	b.ReportMetric(d*1000, "direct-ms")
+	b.ReportMetric(p*1000, "pgbouncer-ms")
+	b.ReportMetric(p/d, "pgbouncer/direct")
+}
+
 // Timed runs f and returns how long it took.
 func Timed(f func()) time.Duration {
 	start := time.Now()
