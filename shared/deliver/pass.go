@@ -4,7 +4,6 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -133,43 +132,38 @@ const (
 // work delivers until the budget ends, a successor takes over, or (a
 // bounded pass) nothing is pending.
 func (p *invocation) work(ctx context.Context) error {
-	for {
-		out, err := p.step(ctx)
-		if err != nil {
-			return err
-		}
-		if out == idle && p.s.cfg.Bounded {
-			return nil
-		}
-		if p.hold.RenewDue() {
-			if err := p.hold.Renew(ctx, p.s.rides.renew, nil, nil); err != nil {
-				return wrapUnlessLost("renew the lease", err)
-			}
-		}
-		if p.hold.Successor {
+	return p.hold.Watch(ctx, pass.Watching{
+		Step: p.next,
+		Renew: func(ctx context.Context) error {
+			return pass.WrapUnlessLost("renew the lease", p.hold.Renew(ctx, p.s.rides.renew, nil, nil))
+		},
+		HandOver: func(ctx context.Context) (bool, error) {
 			// What was claimed is pushed and settled before the hand-over:
 			// left, it would wait for the sweep.
 			p.feed.drain()
 			if err := p.count(); err != nil {
-				return err
+				return false, err
 			}
 			done, err := p.hold.HandOver(ctx, p.s.rides.handOver, nil, nil)
 			p.res.HandedOver, p.res.TakenBack = p.hold.HandedOver, p.hold.TakenBack
-			if err != nil || done {
-				return err
-			}
-			continue
-		}
-		if out != idle {
-			if !p.run.TimeLeft() {
-				return nil
-			}
-			continue
-		}
-		if !p.run.Pause(ctx, p.s.cfg.Tick) {
-			return ctx.Err()
-		}
+			return done, err
+		},
+	})
+}
+
+// next is one step and what follows it: at once while there is work, a
+// tick when idle (or the end, bounded).
+func (p *invocation) next(ctx context.Context) (pass.Next, error) {
+	out, err := p.step(ctx)
+	switch {
+	case err != nil:
+		return pass.Next{}, err
+	case out == idle && p.s.cfg.Bounded:
+		return pass.Next{Done: true}, nil
+	case out == idle:
+		return pass.Next{Wait: p.s.cfg.Tick}, nil
 	}
+	return pass.Next{}, nil
 }
 
 // step is one look for pending rows (the lease poll with its probe: one
@@ -282,13 +276,6 @@ func (s *Service) settle(ctx context.Context, q pgxQuerier, acked, gone []int64)
 type pgxQuerier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func wrapUnlessLost(what string, err error) error {
-	if errors.Is(err, pass.ErrLeaseLost) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }
 
 // close ends the pass: the lease given back, the oldest pending age read,

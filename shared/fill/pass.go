@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -92,43 +91,28 @@ func (p *invocation) acquire(ctx context.Context) error {
 // work runs steps until the budget ends, a successor takes over, or (a
 // bounded pass) there is nothing left to do now.
 func (p *invocation) work(ctx context.Context) error {
-	for {
-		out, err := p.step(ctx)
-		if err != nil {
-			return err
-		}
-		if out == leaseGone {
-			return pass.ErrLeaseLost
-		}
-		if out == caughtUp && p.s.cfg.Bounded {
-			p.res.Waiting = nil
-			return nil // the finish writes the state
-		}
-		if err := p.maybeCheckpoint(ctx); err != nil {
-			return err
-		}
-		wait, waiting := p.next(out)
+	return p.hold.Watch(ctx, pass.Watching{Step: p.watchStep, Renew: p.checkpoint, HandOver: p.handOver})
+}
+
+// watchStep is one step and what follows it, with what the pass waits for
+// meanwhile; the state is saved after any step that changed it.
+func (p *invocation) watchStep(ctx context.Context) (pass.Next, error) {
+	out, err := p.step(ctx)
+	switch {
+	case err != nil:
+		return pass.Next{}, err
+	case out == leaseGone:
+		return pass.Next{}, pass.ErrLeaseLost
+	case out == caughtUp && p.s.cfg.Bounded:
 		p.res.Waiting = nil
-		if waiting != "" {
-			p.res.wait(waiting)
-		}
-		switch {
-		case p.hold.Successor:
-			// The next invocation is here: it carries on from the state
-			// the hand-over writes, within a poll.
-			if done, err := p.handOver(ctx); err != nil || done {
-				return err
-			}
-			continue
-		case wait < 0:
-			return nil
-		case wait == 0:
-			continue
-		}
-		if !p.run.Pause(ctx, wait) {
-			return ctx.Err()
-		}
+		return pass.Next{Done: true}, nil // the finish writes the state
 	}
+	wait, waiting := p.next(out)
+	p.res.Waiting = nil
+	if waiting != "" {
+		p.res.wait(waiting)
+	}
+	return pass.Next{Wait: wait, Save: p.dirty}, nil
 }
 
 // next is what the pass does after a step: how long to wait before the
@@ -302,7 +286,7 @@ func (p *invocation) takeMarker(ctx context.Context) error {
 	}
 	var m uint64
 	if err := p.hold.Renew(ctx, p.s.state.marker, markerArgs(*c, h), scanned(&m)); err != nil {
-		return wrapUnlessLost("take abandonment marker", err)
+		return pass.WrapUnlessLost("take abandonment marker", err)
 	}
 	c.Marker, c.MarkerHead = &m, h
 	p.st.ProofBlockedSince = nil
@@ -407,15 +391,6 @@ func (p *invocation) setCycle(c *Cycle) {
 	p.st.Cycle, p.st.ProofBlockedSince, p.blocked, p.dirty = c, nil, nil, true
 }
 
-// maybeCheckpoint saves the state when it changed, and renews the lease a
-// few times per lease period however quiet the pass is.
-func (p *invocation) maybeCheckpoint(ctx context.Context) error {
-	if !p.dirty && !p.hold.RenewDue() {
-		return nil
-	}
-	return p.checkpoint(ctx)
-}
-
 // renewDue: the lease wants renewing (pass.Holding.RenewDue).
 func (p *invocation) renewDue() bool { return p.hold.RenewDue() }
 
@@ -423,25 +398,16 @@ func (p *invocation) renewDue() bool { return p.hold.RenewDue() }
 // successor waits.
 func (p *invocation) checkpoint(ctx context.Context) error {
 	if !p.dirty && p.st.Watermark == p.saved {
-		return wrapUnlessLost("renew the lease", p.hold.Renew(ctx, p.s.state.renew, nil, nil))
+		return pass.WrapUnlessLost("renew the lease", p.hold.Renew(ctx, p.s.state.renew, nil, nil))
 	}
 	var w int64
 	if err := p.hold.Renew(ctx, p.s.state.checkpoint, stateArgs(p.st), scanned(&w)); err != nil {
-		return wrapUnlessLost("save fill state", err)
+		return pass.WrapUnlessLost("save fill state", err)
 	}
 	// GREATEST keeps a late save from moving the stored watermark back.
 	p.st.Watermark = max(p.st.Watermark, w)
 	p.dirty, p.saved = false, p.st.Watermark
 	return nil
-}
-
-// wrapUnlessLost says what failed, leaving pass.ErrLeaseLost as it is for
-// the watching loop to match.
-func wrapUnlessLost(what string, err error) error {
-	if err == nil || errors.Is(err, pass.ErrLeaseLost) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }
 
 // handOver gives the lease to the waiting successor with the state, then

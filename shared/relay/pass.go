@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -129,45 +128,35 @@ func (p *invocation) work(ctx context.Context) error {
 		}
 		p.resendDue = 0
 	}
-	for {
-		out, err := p.step(ctx)
-		if err != nil {
-			return err
-		}
-		if out == idle && p.s.cfg.Bounded {
-			return nil
-		}
-		if p.hold.RenewDue() {
-			if err := p.hold.Renew(ctx, p.s.rides.renew, p.args(), nil); err != nil {
-				return wrapUnlessLost("renew the lease", err)
-			}
-		}
-		if p.hold.Successor {
-			// The next invocation is here: it carries on from the
-			// committed position within a poll.
+	return p.hold.Watch(ctx, pass.Watching{
+		Step: p.next,
+		Renew: func(ctx context.Context) error {
+			return pass.WrapUnlessLost("renew the lease", p.hold.Renew(ctx, p.s.rides.renew, p.args(), nil))
+		},
+		HandOver: func(ctx context.Context) (bool, error) {
+			// The successor carries on from the committed position.
 			done, err := p.hold.HandOver(ctx, p.s.rides.handOver, p.args(), nil)
 			p.res.HandedOver, p.res.TakenBack = p.hold.HandedOver, p.hold.TakenBack
-			if err != nil || done {
-				return err
-			}
-			continue
-		}
-		var wait time.Duration
-		switch out {
-		case progress:
-			if !p.run.TimeLeft() {
-				return nil
-			}
-			continue
-		case idle:
-			wait = p.s.cfg.Tick
-		case failed:
-			wait = backoff(p.s.cfg.Tick, p.st.failures)
-		}
-		if !p.run.Pause(ctx, wait) {
-			return ctx.Err()
-		}
+			return done, err
+		},
+	})
+}
+
+// next is one step and what follows it: at once after progress, a tick
+// when idle (or the end, bounded), a backoff after a failed send.
+func (p *invocation) next(ctx context.Context) (pass.Next, error) {
+	out, err := p.step(ctx)
+	switch {
+	case err != nil:
+		return pass.Next{}, err
+	case out == idle && p.s.cfg.Bounded:
+		return pass.Next{Done: true}, nil
+	case out == idle:
+		return pass.Next{Wait: p.s.cfg.Tick}, nil
+	case out == failed:
+		return pass.Next{Wait: backoff(p.s.cfg.Tick, p.st.failures)}, nil
 	}
+	return pass.Next{}, nil
 }
 
 // step is one look at the stream and, when there is something to send,
@@ -188,13 +177,6 @@ func (p *invocation) step(ctx context.Context) (step, error) {
 	out, err := p.st.step(ctx, p.run.Q, p.run.End)
 	p.more = err == nil && out == progress && p.st.lastFull
 	return out, err
-}
-
-func wrapUnlessLost(what string, err error) error {
-	if errors.Is(err, pass.ErrLeaseLost) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }
 
 // close ends the pass: the lease given back (with the head read in the
