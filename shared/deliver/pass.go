@@ -144,9 +144,7 @@ func (p *invocation) work(ctx context.Context) error {
 			if err := p.count(); err != nil {
 				return false, err
 			}
-			done, err := p.hold.HandOver(ctx, p.s.rides.handOver, nil, nil)
-			p.res.HandedOver, p.res.TakenBack = p.hold.HandedOver, p.hold.TakenBack
-			return done, err
+			return p.hold.HandOver(ctx, p.s.rides.handOver, nil, nil)
 		},
 	})
 }
@@ -155,15 +153,10 @@ func (p *invocation) work(ctx context.Context) error {
 // tick when idle (or the end, bounded).
 func (p *invocation) next(ctx context.Context) (pass.Next, error) {
 	out, err := p.step(ctx)
-	switch {
-	case err != nil:
+	if err != nil || out != idle {
 		return pass.Next{}, err
-	case out == idle && p.s.cfg.Bounded:
-		return pass.Next{Done: true}, nil
-	case out == idle:
-		return pass.Next{Wait: p.s.cfg.Tick}, nil
 	}
-	return pass.Next{}, nil
+	return pass.Idle(p.s.cfg.Bounded, p.s.cfg.Tick), nil
 }
 
 // step is one look for pending rows (the lease poll with its probe: one
@@ -281,12 +274,7 @@ type pgxQuerier interface {
 // close ends the pass: the lease given back, the oldest pending age read,
 // and the result.
 func (p *invocation) close(ctx context.Context, err error) error {
-	err = p.run.Absorb(err)
-	fctx := p.run.Finishing(ctx)
-	_, ferr := p.hold.Close(fctx, p.s.rides.finish, nil, nil)
-	if err == nil {
-		err = p.run.Absorb(ferr)
-	}
+	fctx, _, err := p.hold.Finish(ctx, err, p.s.rides.finish, nil, nil)
 	if aerr := p.run.LastStatement(func() error {
 		return p.run.Q.QueryRow(fctx, p.s.sql.oldestPending).Scan(&p.res.OldestPendingS)
 	}); aerr != nil && err == nil {

@@ -432,19 +432,15 @@ func (p *invocation) close(ctx context.Context, err error) error {
 		// A statement the budget ended: most often one waiting on a lock.
 		p.res.wait(WaitingBudget)
 	}
-	err = p.run.Absorb(err)
-	fctx := p.run.Finishing(ctx)
 	if p.res.WaitingFor() == WaitingProof && p.blocked != nil {
+		fctx := p.run.Finishing(ctx)
 		if b, lerr := p.s.proof.listBlockers(fctx, p.run.Q, *p.blocked); lerr == nil {
 			p.res.BlockedBy = b
 		} else {
 			p.s.kit.Warn(ctx, "could not name the sessions holding the proof", slog.String("error", lerr.Error()))
 		}
 	}
-	gaveBack, ferr := p.hold.Close(fctx, p.s.state.finish, stateArgs(p.st), scanned(nil))
-	if err == nil {
-		err = p.run.Absorb(ferr)
-	}
+	fctx, gaveBack, err := p.hold.Finish(ctx, err, p.s.state.finish, stateArgs(p.st), scanned(nil))
 	if gaveBack && err == nil {
 		p.countSkips(fctx)
 	}

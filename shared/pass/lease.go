@@ -450,6 +450,20 @@ func (h *Holding) takeBack(ctx context.Context) (ok bool, err error) {
 	return tag.RowsAffected() == 1, nil
 }
 
+// Finish is a lease holder's finish rule (as Run.Finish): the lease given
+// back (Close) whatever err the work ended with; the work's error wins,
+// and a budget error of either is a normal end (Run.Absorb). fctx is the
+// context of any statement the pass sends after it.
+func (h *Holding) Finish(ctx context.Context, err error, ride Ride, args pgx.NamedArgs, read Reader) (fctx context.Context, gaveBack bool, _ error) {
+	err = h.run.Absorb(err)
+	fctx = h.run.Finishing(ctx)
+	gaveBack, ferr := h.Close(fctx, ride, args, read)
+	if err == nil {
+		err = h.run.Absorb(ferr)
+	}
+	return fctx, gaveBack, err
+}
+
 // Close gives the lease back on the pass's way out, errors included, in
 // Run.Finishing's context: with ride (a StepFinish the pass's state rides
 // on) when the pass holds it; bare when it may hold it without knowing

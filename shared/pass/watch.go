@@ -19,6 +19,15 @@ type Next struct {
 	Save bool
 }
 
+// Idle is what follows a step that found nothing to do: the end of a
+// bounded pass, else a tick's pause before looking again.
+func Idle(bounded bool, tick time.Duration) Next {
+	if bounded {
+		return Next{Done: true}
+	}
+	return Next{Wait: tick}
+}
+
 // Watching is what the watching loop asks of a pass: its step, and the
 // renewal and hand-over its state rides on.
 type Watching struct {

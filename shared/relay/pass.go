@@ -135,9 +135,7 @@ func (p *invocation) work(ctx context.Context) error {
 		},
 		HandOver: func(ctx context.Context) (bool, error) {
 			// The successor carries on from the committed position.
-			done, err := p.hold.HandOver(ctx, p.s.rides.handOver, p.args(), nil)
-			p.res.HandedOver, p.res.TakenBack = p.hold.HandedOver, p.hold.TakenBack
-			return done, err
+			return p.hold.HandOver(ctx, p.s.rides.handOver, p.args(), nil)
 		},
 	})
 }
@@ -147,16 +145,12 @@ func (p *invocation) work(ctx context.Context) error {
 func (p *invocation) next(ctx context.Context) (pass.Next, error) {
 	out, err := p.step(ctx)
 	switch {
-	case err != nil:
+	case err != nil || out == progress:
 		return pass.Next{}, err
-	case out == idle && p.s.cfg.Bounded:
-		return pass.Next{Done: true}, nil
-	case out == idle:
-		return pass.Next{Wait: p.s.cfg.Tick}, nil
 	case out == failed:
 		return pass.Next{Wait: backoff(p.s.cfg.Tick, p.st.failures)}, nil
 	}
-	return pass.Next{}, nil
+	return pass.Idle(p.s.cfg.Bounded, p.s.cfg.Tick), nil
 }
 
 // step is one look at the stream and, when there is something to send,
@@ -186,15 +180,10 @@ func (p *invocation) close(ctx context.Context, err error) error {
 	if errors.Is(err, pass.ErrBudget) && !errors.Is(err, pass.ErrNotSent) {
 		p.res.wait(WaitingBudget)
 	}
-	err = p.run.Absorb(err)
-	fctx := p.run.Finishing(ctx)
 	var head *int64
-	_, ferr := p.hold.Close(fctx, p.s.rides.finish, p.args(), func(row pgx.Row, lease ...any) error {
+	_, _, err = p.hold.Finish(ctx, err, p.s.rides.finish, p.args(), func(row pgx.Row, lease ...any) error {
 		return row.Scan(append(lease, &head)...)
 	})
-	if err == nil {
-		err = p.run.Absorb(ferr)
-	}
 	if head != nil {
 		p.head = *head
 	}
