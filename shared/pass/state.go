@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -38,4 +39,31 @@ func (t StateTable) Read(ctx context.Context, q store.Querier, dest ...any) erro
 		return fmt.Errorf("read %s: %w", t.name, err)
 	}
 	return nil
+}
+
+// Recorded is what every pass's one-row table says of its passes; each
+// pass's State embeds it (its JSON fields stand beside the pass's own).
+type Recorded struct {
+	Passes int64 `json:"passes"`
+	// LastPassAt is when the last pass ended, nil before the first.
+	LastPassAt *time.Time `json:"last_pass_at"`
+}
+
+func (r *Recorded) recorded() *Recorded { return r }
+
+// ReadState reads t's row into a zero S (a pass's State, embedding
+// Recorded): the read statement's columns are passes, last_pass_at, then
+// those fields lists, in order. A missing row is the zero S (the next pass
+// recreates it).
+func ReadState[S any, P interface {
+	*S
+	recorded() *Recorded
+}](ctx context.Context, q store.Querier, t StateTable, fields func(P) []any) (S, error) {
+	var s S
+	r := P(&s).recorded()
+	if err := t.Read(ctx, q, append([]any{&r.Passes, &r.LastPassAt}, fields(&s)...)...); err != nil {
+		var zero S
+		return zero, err
+	}
+	return s, nil
 }

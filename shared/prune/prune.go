@@ -113,7 +113,7 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		kit: kit, cfg: cfg,
 		deliveries: store.NewDeliveryPrune(schema),
 		events:     store.NewEventPrune(schema),
-		state:      pass.NewStateTable("prune_state", stateFile.Statement("record", cfg.Schema), stateFile.Statement("read", cfg.Schema)),
+		state:      stateTable(cfg.Schema),
 	}
 	s.Handler = pass.Scheduled("prune", &kit.Options, s.RunOnce)
 	return s, nil
@@ -205,25 +205,24 @@ var stateFile = sqltext.MustParse(sqlFiles, "prune_state.sql")
 
 // State is prune_state as an operator sees it (outboxkeeper status).
 type State struct {
-	Passes int64 `json:"passes"`
-	// LastPassAt is when the last pass ended, nil before the first.
-	LastPassAt             *time.Time `json:"last_pass_at"`
-	LastDeletedDeliveries  int64      `json:"last_deleted_deliveries"`
-	LastDeletedEvents      int64      `json:"last_deleted_events"`
-	DeletedDeliveriesTotal int64      `json:"deleted_deliveries_total"`
-	DeletedEventsTotal     int64      `json:"deleted_events_total"`
+	pass.Recorded
+	LastDeletedDeliveries  int64 `json:"last_deleted_deliveries"`
+	LastDeletedEvents      int64 `json:"last_deleted_events"`
+	DeletedDeliveriesTotal int64 `json:"deleted_deliveries_total"`
+	DeletedEventsTotal     int64 `json:"deleted_events_total"`
+}
+
+// stateTable is prune_state's two statements, in schema.
+func stateTable(schema string) pass.StateTable {
+	return pass.NewStateTable("prune_state", stateFile.Statement("record", schema), stateFile.Statement("read", schema))
 }
 
 // ReadState reads the one row of prune_state (the zero State when an
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
-	var s State
-	err := pass.NewStateTable("prune_state", stateFile.Statement("record", schema.Name()), stateFile.Statement("read", schema.Name())).Read(ctx, q,
-		&s.Passes, &s.LastPassAt, &s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal)
-	if err != nil {
-		return State{}, err
-	}
-	return s, nil
+	return pass.ReadState(ctx, q, stateTable(schema.Name()), func(s *State) []any {
+		return []any{&s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal}
+	})
 }
 
 // recordedRetention is the event retention as prune_state records it for

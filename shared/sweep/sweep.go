@@ -110,7 +110,7 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 	}
 	s := &Service{kit: kit, cfg: cfg, deliveries: store.NewDeliverySweep(store.MustSchema(cfg.Schema)),
 		consumers: store.NewConsumerOps(store.MustSchema(cfg.Schema)),
-		state:     pass.NewStateTable("sweep_state", stateFile.Statement("record", cfg.Schema), stateFile.Statement("read", cfg.Schema))}
+		state:     stateTable(cfg.Schema)}
 	s.Handler = pass.Scheduled("sweep", &kit.Options, s.RunOnce)
 	return s, nil
 }
@@ -199,24 +199,23 @@ var stateFile = sqltext.MustParse(sqlFiles, "sweep_state.sql")
 
 // State is sweep_state as an operator sees it (outboxkeeper status).
 type State struct {
-	Passes int64 `json:"passes"`
-	// LastPassAt is when the last pass ended, nil before the first.
-	LastPassAt       *time.Time `json:"last_pass_at"`
-	LastReset        int64      `json:"last_reset"`
-	LastDead         int64      `json:"last_dead"`
-	LastStuckPending int64      `json:"last_stuck_pending"`
-	ResetsTotal      int64      `json:"resets_total"`
-	DeadTotal        int64      `json:"dead_total"`
+	pass.Recorded
+	LastReset        int64 `json:"last_reset"`
+	LastDead         int64 `json:"last_dead"`
+	LastStuckPending int64 `json:"last_stuck_pending"`
+	ResetsTotal      int64 `json:"resets_total"`
+	DeadTotal        int64 `json:"dead_total"`
+}
+
+// stateTable is sweep_state's two statements, in schema.
+func stateTable(schema string) pass.StateTable {
+	return pass.NewStateTable("sweep_state", stateFile.Statement("record", schema), stateFile.Statement("read", schema))
 }
 
 // ReadState reads the one row of sweep_state (the zero State when an
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
-	var s State
-	err := pass.NewStateTable("sweep_state", stateFile.Statement("record", schema.Name()), stateFile.Statement("read", schema.Name())).Read(ctx, q,
-		&s.Passes, &s.LastPassAt, &s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal)
-	if err != nil {
-		return State{}, err
-	}
-	return s, nil
+	return pass.ReadState(ctx, q, stateTable(schema.Name()), func(s *State) []any {
+		return []any{&s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal}
+	})
 }
