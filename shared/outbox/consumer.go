@@ -184,12 +184,11 @@ func (w *waker) ensure(ctx context.Context) {
 // listener that failed is closed and dialled again before the next read.
 func (w *waker) wait(ctx context.Context, d time.Duration) error {
 	if w.conn == nil {
-		t := time.NewTimer(d)
-		defer t.Stop()
+		// No listener: a plain wait (an unfired time.After is collected).
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-time.After(d):
 			return nil
 		}
 	}
