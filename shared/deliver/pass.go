@@ -274,7 +274,7 @@ type pgxQuerier interface {
 // close ends the pass: the lease given back, the oldest pending age read,
 // and the result.
 func (p *invocation) close(ctx context.Context, err error) error {
-	fctx, _, err := p.hold.Finish(ctx, err, p.s.rides.finish, nil, nil)
+	fctx, _, err := p.hold.Finish(ctx, err, pass.Rider{Ride: p.s.rides.finish})
 	if aerr := p.run.LastStatement(func() error {
 		return p.run.Q.QueryRow(fctx, p.s.sql.oldestPending).Scan(&p.res.OldestPendingS)
 	}); aerr != nil && err == nil {

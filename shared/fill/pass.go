@@ -440,7 +440,7 @@ func (p *invocation) close(ctx context.Context, err error) error {
 			p.s.kit.Warn(ctx, "could not name the sessions holding the proof", slog.String("error", lerr.Error()))
 		}
 	}
-	fctx, gaveBack, err := p.hold.Finish(ctx, err, p.s.state.finish, stateArgs(p.st), scanned(nil))
+	fctx, gaveBack, err := p.hold.Finish(ctx, err, pass.Rider{Ride: p.s.state.finish, Args: stateArgs(p.st), Read: scanned(nil)})
 	if gaveBack && err == nil {
 		p.countSkips(fctx)
 	}

@@ -450,14 +450,22 @@ func (h *Holding) takeBack(ctx context.Context) (ok bool, err error) {
 	return tag.RowsAffected() == 1, nil
 }
 
+// Rider is a lease statement with what of the pass's state rides on it.
+type Rider struct {
+	Ride Ride
+	Args pgx.NamedArgs
+	// Read scans the row (the lease's columns first); nil scans only them.
+	Read Reader
+}
+
 // Finish is a lease holder's finish rule (as Run.Finish): the lease given
-// back (Close) whatever err the work ended with; the work's error wins,
-// and a budget error of either is a normal end (Run.Absorb). fctx is the
-// context of any statement the pass sends after it.
-func (h *Holding) Finish(ctx context.Context, err error, ride Ride, args pgx.NamedArgs, read Reader) (fctx context.Context, gaveBack bool, _ error) {
+// back with r (Close) whatever err the work ended with; the work's error
+// wins, and a budget error of either is a normal end (Run.Absorb). fctx
+// is the context of any statement the pass sends after it.
+func (h *Holding) Finish(ctx context.Context, err error, r Rider) (fctx context.Context, gaveBack bool, _ error) {
 	err = h.run.Absorb(err)
 	fctx = h.run.Finishing(ctx)
-	gaveBack, ferr := h.Close(fctx, ride, args, read)
+	gaveBack, ferr := h.Close(fctx, r.Ride, r.Args, r.Read)
 	if err == nil {
 		err = h.run.Absorb(ferr)
 	}

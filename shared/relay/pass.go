@@ -181,9 +181,9 @@ func (p *invocation) close(ctx context.Context, err error) error {
 		p.res.wait(WaitingBudget)
 	}
 	var head *int64
-	_, _, err = p.hold.Finish(ctx, err, p.s.rides.finish, p.args(), func(row pgx.Row, lease ...any) error {
+	_, _, err = p.hold.Finish(ctx, err, pass.Rider{Ride: p.s.rides.finish, Args: p.args(), Read: func(row pgx.Row, lease ...any) error {
 		return row.Scan(append(lease, &head)...)
-	})
+	}})
 	if head != nil {
 		p.head = *head
 	}
