@@ -419,7 +419,6 @@ func (p *invocation) handOver(ctx context.Context) (done bool, err error) {
 	if err == nil || done {
 		p.dirty, p.saved = false, p.st.Watermark
 	}
-	p.res.HandedOver, p.res.TakenBack = p.hold.HandedOver, p.hold.TakenBack
 	return done, err
 }
 

@@ -49,21 +49,8 @@ type Recorded struct {
 	LastPassAt *time.Time `json:"last_pass_at"`
 }
 
-func (r *Recorded) recorded() *Recorded { return r }
-
-// ReadState reads t's row into a zero S (a pass's State, embedding
-// Recorded): the read statement's columns are passes, last_pass_at, then
-// those fields lists, in order. A missing row is the zero S (the next pass
-// recreates it).
-func ReadState[S any, P interface {
-	*S
-	recorded() *Recorded
-}](ctx context.Context, q store.Querier, t StateTable, fields func(P) []any) (S, error) {
-	var s S
-	r := P(&s).recorded()
-	if err := t.Read(ctx, q, append([]any{&r.Passes, &r.LastPassAt}, fields(&s)...)...); err != nil {
-		var zero S
-		return zero, err
-	}
-	return s, nil
+// ReadRecorded is Read of a pass's own one-row table: its first two
+// columns, passes and last_pass_at, into r, the pass's own into fields.
+func (t StateTable) ReadRecorded(ctx context.Context, q store.Querier, r *Recorded, fields ...any) error {
+	return t.Read(ctx, q, append([]any{&r.Passes, &r.LastPassAt}, fields...)...)
 }

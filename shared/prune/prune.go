@@ -220,9 +220,11 @@ func stateTable(schema string) pass.StateTable {
 // ReadState reads the one row of prune_state (the zero State when an
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
-	return pass.ReadState(ctx, q, stateTable(schema.Name()), func(s *State) []any {
-		return []any{&s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal}
-	})
+	var s State
+	if err := stateTable(schema.Name()).ReadRecorded(ctx, q, &s.Recorded, &s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal); err != nil {
+		return State{}, err
+	}
+	return s, nil
 }
 
 // recordedRetention is the event retention as prune_state records it for

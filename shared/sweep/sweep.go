@@ -215,7 +215,9 @@ func stateTable(schema string) pass.StateTable {
 // ReadState reads the one row of sweep_state (the zero State when an
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
-	return pass.ReadState(ctx, q, stateTable(schema.Name()), func(s *State) []any {
-		return []any{&s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal}
-	})
+	var s State
+	if err := stateTable(schema.Name()).ReadRecorded(ctx, q, &s.Recorded, &s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal); err != nil {
+		return State{}, err
+	}
+	return s, nil
 }
