@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/queuedepth"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 )
@@ -58,8 +59,8 @@ func TestAssess(t *testing.T) {
 		{"stalled without a blocked proof", func(r *statusReport) { r.Fill.Waiting, r.Fill.StallAgeS = "fill", ptr(301.0) }, []string{"stalled"}},
 		{"dead deliveries", func(r *statusReport) { r.Deliveries = store.DeliveryCounts{Dead: 2} }, []string{"dead"}},
 		{"relay down", func(r *statusReport) { r.Deliveries = store.DeliveryCounts{Pending: 1, OldestOpenSeconds: ptr(901.0)} }, []string{"relay"}},
-		{"DLQ not empty", func(r *statusReport) { r.DLQ = &queueDepth{Visible: 1} }, []string{"dlq"}},
-		{"DLQ empty", func(r *statusReport) { r.DLQ = &queueDepth{} }, nil},
+		{"DLQ not empty", func(r *statusReport) { r.DLQ = &queuedepth.Depth{Visible: 1} }, []string{"dlq"}},
+		{"DLQ empty", func(r *statusReport) { r.DLQ = &queuedepth.Depth{} }, nil},
 		{"several", func(r *statusReport) {
 			r.Fill.LastWriteAgoS = ptr(600.0)
 			r.Deliveries = store.DeliveryCounts{Dead: 1}

@@ -4,13 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strconv"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 // The rollback report queues, named as `make up` prints them and as the
@@ -67,29 +64,4 @@ func newSQS(ctx context.Context) (sqsAPI, error) {
 		return nil, fmt.Errorf("load AWS configuration: %w", err)
 	}
 	return sqs.NewFromConfig(cfg), nil
-}
-
-// queueDepth is what SQS says a queue holds: visible messages, and those
-// received and not yet deleted (in flight).
-type queueDepth struct {
-	URL      string `json:"url"`
-	Visible  int    `json:"visible"`
-	InFlight int    `json:"in_flight"`
-}
-
-func depth(ctx context.Context, c sqsAPI, url string) (queueDepth, error) {
-	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-		},
-	})
-	if err != nil {
-		return queueDepth{}, fmt.Errorf("depth of %s: %w", url, err)
-	}
-	d := queueDepth{URL: url}
-	d.Visible, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
-	d.InFlight, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
-	return d, nil
 }

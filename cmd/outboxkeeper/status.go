@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/queuedepth"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/fill"
 	"github.com/outboxkeeper/outboxkeeper/shared/migrations"
@@ -101,10 +102,10 @@ type statusReport struct {
 	Prune      prune.State          `json:"prune"`
 	// PruneInstalledAt is when the migration that made prune_state was
 	// applied: a prune that never ran is silent counted from then.
-	PruneInstalledAt *time.Time   `json:"prune_installed_at"`
-	Skips            []store.Skip `json:"skips"`
-	Queue            *queueDepth  `json:"queue,omitempty"`
-	DLQ              *queueDepth  `json:"dlq,omitempty"`
+	PruneInstalledAt *time.Time        `json:"prune_installed_at"`
+	Skips            []store.Skip      `json:"skips"`
+	Queue            *queuedepth.Depth `json:"queue,omitempty"`
+	DLQ              *queuedepth.Depth `json:"dlq,omitempty"`
 	// Consumers are the registered consumers and relays, the slowest
 	// first; ConsumerChanges the last rewinds and retires.
 	Consumers       []store.ConsumerStatus `json:"consumers"`
@@ -230,16 +231,16 @@ func readStatus(ctx context.Context, l *login, f *outboxStatusFlags) (*statusRep
 
 // queueDepths reads the report queue's and the DLQ's depths, nil for a
 // queue whose URL is not known.
-func queueDepths(ctx context.Context, queue, dlq string) (q, d *queueDepth, err error) {
+func queueDepths(ctx context.Context, queue, dlq string) (q, d *queuedepth.Depth, err error) {
 	c, err := newSQS(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	read := func(url string) (*queueDepth, error) {
+	read := func(url string) (*queuedepth.Depth, error) {
 		if url == "" {
 			return nil, nil
 		}
-		qd, err := depth(ctx, c, url)
+		qd, err := queuedepth.Of(ctx, c, url)
 		return &qd, err
 	}
 	if q, err = read(queue); err != nil {
@@ -465,7 +466,7 @@ func printStatusReport(w io.Writer, r *statusReport, th thresholds) error {
 		fmt.Fprintln(w, "\nQUEUES")
 		for _, q := range []struct {
 			name string
-			d    *queueDepth
+			d    *queuedepth.Depth
 		}{{"reports", r.Queue}, {"DLQ", r.DLQ}} {
 			if q.d != nil {
 				fmt.Fprintf(w, "  %-8s %d visible, %d in flight   %s\n", q.name, q.d.Visible, q.d.InFlight, q.d.URL)

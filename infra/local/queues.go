@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/outboxkeeper/outboxkeeper/internal/queuedepth"
 )
 
 // Queues are the rollback report queue and its dead-letter queue.
@@ -67,23 +69,6 @@ func (q Queues) Delete(ctx context.Context, c *sqs.Client) {
 
 // Depth is the number of messages in a queue, visible or in flight.
 func Depth(ctx context.Context, c *sqs.Client, url string) (int, error) {
-	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-		},
-	})
-	if err != nil {
-		return 0, fmt.Errorf("queue depth: %w", err)
-	}
-	n := 0
-	for _, k := range []types.QueueAttributeName{
-		types.QueueAttributeNameApproximateNumberOfMessages,
-		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-	} {
-		v, _ := strconv.Atoi(out.Attributes[string(k)])
-		n += v
-	}
-	return n, nil
+	d, err := queuedepth.Of(ctx, c, url)
+	return d.Total(), err
 }
