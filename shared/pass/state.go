@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 )
 
@@ -18,10 +21,23 @@ type StateTable struct {
 	name, record, read string
 }
 
-// NewStateTable is the table's two statements, rendered by the pass from
-// its .sql file; table names the table in errors.
-func NewStateTable(table, record, read string) StateTable {
-	return StateTable{name: table, record: record, read: read}
+// StateFile is a pass's <table>.sql for its one-row table, parsed once:
+// its statements "record" and "read" make the StateTable in any schema.
+type StateFile struct {
+	table string
+	file  sqltext.File
+}
+
+// MustParseStateFile parses name (prune_state.sql: the table is
+// prune_state) from fsys, and panics, as sqltext.MustParse does, when it
+// cannot: the file is embedded, so that is a build's mistake.
+func MustParseStateFile(fsys fs.FS, name string) StateFile {
+	return StateFile{table: strings.TrimSuffix(name, ".sql"), file: sqltext.MustParse(fsys, name)}
+}
+
+// In is the table's StateTable in schema.
+func (f StateFile) In(schema string) StateTable {
+	return StateTable{name: f.table, record: f.file.Statement("record", schema), read: f.file.Statement("read", schema)}
 }
 
 // Record adds one pass, with args, to the table.

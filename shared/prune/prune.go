@@ -22,7 +22,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
@@ -113,7 +112,7 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 		kit: kit, cfg: cfg,
 		deliveries: store.NewDeliveryPrune(schema),
 		events:     store.NewEventPrune(schema),
-		state:      stateTable(cfg.Schema),
+		state:      stateFile.In(cfg.Schema),
 	}
 	s.Handler = pass.Scheduled("prune", &kit.Options, s.RunOnce)
 	return s, nil
@@ -199,9 +198,10 @@ func (c *cursor) move(to int64, done bool) {
 func prunesDeliveries(c Config) bool { return c.AckedAfter != pass.Off || c.DeadAfter != pass.Off }
 
 //go:embed prune_state.sql
-var sqlFiles embed.FS
+var stateSQL embed.FS
 
-var stateFile = sqltext.MustParse(sqlFiles, "prune_state.sql")
+// stateFile is prune_state's two statements, record and read.
+var stateFile = pass.MustParseStateFile(stateSQL, "prune_state.sql")
 
 // State is prune_state as an operator sees it (outboxkeeper status).
 type State struct {
@@ -212,16 +212,11 @@ type State struct {
 	DeletedEventsTotal     int64 `json:"deleted_events_total"`
 }
 
-// stateTable is prune_state's two statements, in schema.
-func stateTable(schema string) pass.StateTable {
-	return pass.NewStateTable("prune_state", stateFile.Statement("record", schema), stateFile.Statement("read", schema))
-}
-
 // ReadState reads the one row of prune_state (the zero State when an
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
 	var s State
-	if err := stateTable(schema.Name()).ReadRecorded(ctx, q, &s.Recorded, &s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal); err != nil {
+	if err := stateFile.In(schema.Name()).ReadRecorded(ctx, q, &s.Recorded, &s.LastDeletedDeliveries, &s.LastDeletedEvents, &s.DeletedDeliveriesTotal, &s.DeletedEventsTotal); err != nil {
 		return State{}, err
 	}
 	return s, nil

@@ -25,7 +25,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
@@ -110,7 +109,7 @@ func New(db pass.DB, cfg Config, opts Options) (*Service, error) {
 	}
 	s := &Service{kit: kit, cfg: cfg, deliveries: store.NewDeliverySweep(store.MustSchema(cfg.Schema)),
 		consumers: store.NewConsumerOps(store.MustSchema(cfg.Schema)),
-		state:     stateTable(cfg.Schema)}
+		state:     stateFile.In(cfg.Schema)}
 	s.Handler = pass.Scheduled("sweep", &kit.Options, s.RunOnce)
 	return s, nil
 }
@@ -193,9 +192,10 @@ func shouldWake(reset, dead, stuckPending int64) bool {
 }
 
 //go:embed sweep_state.sql
-var sqlFiles embed.FS
+var stateSQL embed.FS
 
-var stateFile = sqltext.MustParse(sqlFiles, "sweep_state.sql")
+// stateFile is sweep_state's two statements, record and read.
+var stateFile = pass.MustParseStateFile(stateSQL, "sweep_state.sql")
 
 // State is sweep_state as an operator sees it (outboxkeeper status).
 type State struct {
@@ -207,16 +207,11 @@ type State struct {
 	DeadTotal        int64 `json:"dead_total"`
 }
 
-// stateTable is sweep_state's two statements, in schema.
-func stateTable(schema string) pass.StateTable {
-	return pass.NewStateTable("sweep_state", stateFile.Statement("record", schema), stateFile.Statement("read", schema))
-}
-
 // ReadState reads the one row of sweep_state (the zero State when an
 // operator deleted it: the next pass recreates it).
 func ReadState(ctx context.Context, q store.Querier, schema store.Schema) (State, error) {
 	var s State
-	if err := stateTable(schema.Name()).ReadRecorded(ctx, q, &s.Recorded, &s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal); err != nil {
+	if err := stateFile.In(schema.Name()).ReadRecorded(ctx, q, &s.Recorded, &s.LastReset, &s.LastDead, &s.LastStuckPending, &s.ResetsTotal, &s.DeadTotal); err != nil {
 		return State{}, err
 	}
 	return s, nil
