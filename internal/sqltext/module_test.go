@@ -39,7 +39,7 @@ type goFile struct {
 
 // Every .sql file of named statements in the module parses (no positional
 // argument, no empty or twice-named statement), is loaded by a
-// package-level sqltext.MustParse, and every statement name the code looks
+// package-level sqltext.MustParse (or pass.MustParseStateFile), and every statement name the code looks
 // up (File.Statement, File.Tag) exists in it; every statement is looked up
 // somewhere. The lookups are read from the source, so a wrong name fails
 // here even in code no other test runs.
@@ -52,15 +52,22 @@ func TestEveryStatementFileParsesAndEveryLookupExists(t *testing.T) {
 	vars := map[string]*loaded{} // "importpath.Var"
 	loadedFiles := map[string]bool{}
 	for _, f := range files {
-		for name, sqlPath := range mustParseVars(f) {
+		for name, load := range mustParseVars(f) {
 			dir := filepath.Dir(f.path)
-			loadedFiles[rel(root, filepath.Join(dir, sqlPath))] = true
-			parsed, err := sqltext.Parse(os.DirFS(dir), sqlPath)
+			loadedFiles[rel(root, filepath.Join(dir, load.sqlPath))] = true
+			parsed, err := sqltext.Parse(os.DirFS(dir), load.sqlPath)
 			if err != nil {
 				t.Errorf("%s: %v", rel(root, f.path), err)
 				continue
 			}
-			vars[f.pkg+"."+name] = &loaded{at: rel(root, f.path), file: parsed, used: map[string]bool{}}
+			l := &loaded{at: rel(root, f.path), file: parsed, used: map[string]bool{}}
+			for _, stmt := range load.looksUp {
+				if !slices.Contains(parsed.Names(), stmt) {
+					t.Errorf("%s: %s has no statement %q, which its loader looks up", l.at, load.sqlPath, stmt)
+				}
+				l.used[stmt] = true
+			}
+			vars[f.pkg+"."+name] = l
 		}
 	}
 	for _, s := range sqlFiles {
@@ -120,14 +127,29 @@ func moduleFiles(t *testing.T, root string) ([]goFile, []string) {
 	return files, sqlFiles
 }
 
+// loaders are the package-level calls that load a statement file, with
+// the statements each looks up itself: a pass's state file is its record
+// and read (pass.StateFile.In).
+var loaders = []struct {
+	pkg, fn string
+	looksUp []string
+}{
+	{module + "/internal/sqltext", "MustParse", nil},
+	{module + "/shared/pass", "MustParseStateFile", []string{"record", "read"}},
+}
+
+// loadCall is one package-level var set to a loader's call on a literal
+// file name.
+type loadCall struct {
+	sqlPath string
+	looksUp []string
+}
+
 // mustParseVars finds f's package-level vars set to
-// sqltext.MustParse(fsys, "literal.sql"), by name.
-func mustParseVars(f goFile) map[string]string {
-	out := map[string]string{}
-	sq := importName(f.ast, module+"/internal/sqltext")
-	if sq == "" {
-		return out
-	}
+// sqltext.MustParse(fsys, "literal.sql") or another of the loaders, by
+// name.
+func mustParseVars(f goFile) map[string]loadCall {
+	out := map[string]loadCall{}
 	for _, decl := range f.ast.Decls {
 		gen, ok := decl.(*ast.GenDecl)
 		if !ok || gen.Tok != token.VAR {
@@ -137,11 +159,17 @@ func mustParseVars(f goFile) map[string]string {
 			vs := spec.(*ast.ValueSpec)
 			for i, v := range vs.Values {
 				call, ok := v.(*ast.CallExpr)
-				if !ok || !isSelector(call.Fun, sq, "MustParse") || len(call.Args) != 2 {
+				if !ok || len(call.Args) != 2 {
 					continue
 				}
-				if lit, ok := stringLit(call.Args[1]); ok {
-					out[vs.Names[i].Name] = lit
+				for _, l := range loaders {
+					pkg := importName(f.ast, l.pkg)
+					if pkg == "" || !isSelector(call.Fun, pkg, l.fn) {
+						continue
+					}
+					if lit, ok := stringLit(call.Args[1]); ok {
+						out[vs.Names[i].Name] = loadCall{sqlPath: lit, looksUp: l.looksUp}
+					}
 				}
 			}
 		}
