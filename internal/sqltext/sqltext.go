@@ -165,68 +165,14 @@ func Positional(sql string) (string, []string) {
 	var out strings.Builder
 	var names []string
 	index := map[string]int{}
-	ident := func(c byte, first bool) bool {
-		return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9')
-	}
 	for i := 0; i < len(sql); {
-		c := sql[i]
-		switch {
-		case c == '\'' || c == '"':
-			end := i + 1
-			for end < len(sql) {
-				if sql[end] == c {
-					if end+1 < len(sql) && sql[end+1] == c { // '' or "" inside
-						end += 2
-						continue
-					}
-					break
-				}
-				end++
-			}
-			end = min(end+1, len(sql))
+		if end := passOver(sql, i); end > i {
 			out.WriteString(sql[i:end])
 			i = end
-		case c == '-' && strings.HasPrefix(sql[i:], "--"):
-			end := strings.IndexByte(sql[i:], '\n')
-			if end < 0 {
-				end = len(sql) - i
-			}
-			out.WriteString(sql[i : i+end])
-			i += end
-		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
-			end := strings.Index(sql[i+2:], "*/")
-			if end < 0 {
-				end = len(sql) - i - 2
-			} else {
-				end += 2
-			}
-			out.WriteString(sql[i : i+2+end])
-			i += 2 + end
-		case c == '$':
-			// A dollar quote: $$ or $tag$ up to the same again.
-			j := i + 1
-			for j < len(sql) && ident(sql[j], j == i+1) {
-				j++
-			}
-			if j < len(sql) && sql[j] == '$' {
-				tag := sql[i : j+1]
-				end := strings.Index(sql[j+1:], tag)
-				stop := len(sql)
-				if end >= 0 {
-					stop = j + 1 + end + len(tag)
-				}
-				out.WriteString(sql[i:stop])
-				i = stop
-				continue
-			}
-			out.WriteByte(c)
-			i++
-		case c == '@' && i+1 < len(sql) && ident(sql[i+1], true) && (i == 0 || !ident(sql[i-1], false)):
-			j := i + 1
-			for j < len(sql) && ident(sql[j], false) {
-				j++
-			}
-			name := sql[i+1 : j]
+			continue
+		}
+		if end := argumentEnd(sql, i); end > i {
+			name := sql[i+1 : end]
 			n, ok := index[name]
 			if !ok {
 				names = append(names, name)
@@ -234,11 +180,88 @@ func Positional(sql string) (string, []string) {
 				index[name] = n
 			}
 			fmt.Fprintf(&out, "$%d", n)
-			i = j
-		default:
-			out.WriteByte(c)
-			i++
+			i = end
+			continue
 		}
+		out.WriteByte(sql[i])
+		i++
 	}
 	return out.String(), names
+}
+
+// passOver is the end of the string literal, quoted identifier, comment or
+// dollar-quoted body that starts at i, or i when none does. An unclosed
+// one runs to the end of sql.
+func passOver(sql string, i int) int {
+	rest := sql[i:]
+	switch {
+	case rest[0] == '\'' || rest[0] == '"':
+		return quotedEnd(sql, i)
+	case strings.HasPrefix(rest, "--"):
+		if end := strings.IndexByte(rest, '\n'); end >= 0 {
+			return i + end
+		}
+		return len(sql)
+	case strings.HasPrefix(rest, "/*"):
+		if end := strings.Index(rest[2:], "*/"); end >= 0 {
+			return i + 2 + end + 2
+		}
+		return len(sql)
+	case rest[0] == '$':
+		return dollarQuotedEnd(sql, i)
+	}
+	return i
+}
+
+// quotedEnd is the end of the '…' or "…" at i; a doubled quote inside is
+// the quote itself.
+func quotedEnd(sql string, i int) int {
+	q := sql[i]
+	for end := i + 1; end < len(sql); end++ {
+		if sql[end] != q {
+			continue
+		}
+		if end+1 < len(sql) && sql[end+1] == q {
+			end++
+			continue
+		}
+		return end + 1
+	}
+	return len(sql)
+}
+
+// dollarQuotedEnd is the end of the $$…$$ or $tag$…$tag$ at i, or i when
+// the $ at i opens none (a $1 parameter, say).
+func dollarQuotedEnd(sql string, i int) int {
+	j := i + 1
+	for j < len(sql) && identByte(sql[j], j == i+1) {
+		j++
+	}
+	if j >= len(sql) || sql[j] != '$' {
+		return i
+	}
+	tag := sql[i : j+1]
+	if end := strings.Index(sql[j+1:], tag); end >= 0 {
+		return j + 1 + end + len(tag)
+	}
+	return len(sql)
+}
+
+// argumentEnd is the end of the @name at i, or i when there is none: an @
+// not followed by a letter or _, or one inside a name, is an operator or
+// part of the name.
+func argumentEnd(sql string, i int) int {
+	if sql[i] != '@' || i+1 >= len(sql) || !identByte(sql[i+1], true) || (i > 0 && identByte(sql[i-1], false)) {
+		return i
+	}
+	j := i + 1
+	for j < len(sql) && identByte(sql[j], false) {
+		j++
+	}
+	return j
+}
+
+// identByte: c may stand in an identifier, first or after the first.
+func identByte(c byte, first bool) bool {
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9')
 }
