@@ -411,69 +411,97 @@ func sessions(n int) string {
 	return fmt.Sprintf("%d %s", n, plural(int64(n), "session", "sessions"))
 }
 
+// printStatusReport is the status table: its sections in order, each
+// printing nothing when it has nothing to say (but FILL, PASSES and the
+// verdict).
 func printStatusReport(w io.Writer, r *statusReport, th thresholds) error {
-	fr := r.Fill
 	fmt.Fprintf(w, "schema %s on %s, at %s\n\n", r.Schema, r.Database, stamp(&r.At))
-
-	printFill(w, fr)
-
-	if len(r.BlockedBy) > 0 || fr.Waiting == fill.WaitingProof {
-		fmt.Fprintln(w, "\nBLOCKED BY (sessions holding the xmin horizon at or before the marker)")
-		if err := blockerTable(w, r.BlockedBy); err != nil {
+	printFill(w, r.Fill)
+	for _, section := range []func(io.Writer, *statusReport, thresholds) error{
+		printBlockers, printDeliveries, printPasses, printSkips, printConsumerSections, printQueues, printAttention,
+	} {
+		if err := section(w, r, th); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
+// printBlockers is BLOCKED BY, when the fill waits on its proof.
+func printBlockers(w io.Writer, r *statusReport, _ thresholds) error {
+	if len(r.BlockedBy) == 0 && r.Fill.Waiting != fill.WaitingProof {
+		return nil
+	}
+	fmt.Fprintln(w, "\nBLOCKED BY (sessions holding the xmin horizon at or before the marker)")
+	return blockerTable(w, r.BlockedBy)
+}
+
+func printDeliveries(w io.Writer, r *statusReport, th thresholds) error {
 	d := r.Deliveries
 	fmt.Fprintln(w, "\nDELIVERIES")
-	fmt.Fprintf(w, "  open %d (pending %d, delivered %d)   stuck %d (delivered > %s)   dead %d   oldest open %s\n",
+	_, err := fmt.Fprintf(w, "  open %d (pending %d, delivered %d)   stuck %d (delivered > %s)   dead %d   oldest open %s\n",
 		d.Open(), d.Pending, d.Delivered, d.Stuck, age(th.stuckAfter), d.Dead, seconds(d.OldestOpenSeconds))
+	return err
+}
 
+// printPasses is one row a scheduled pass: when it last did something.
+func printPasses(w io.Writer, r *statusReport, _ thresholds) error {
+	fr := r.Fill
 	fmt.Fprintln(w, "\nPASSES")
 	rows := [][]string{
 		{"fill", stamp(fr.LastWriteAt), seconds(fr.LastWriteAgoS), fillOutcome(fr)},
 		sweepRow(r.At, r.Sweep),
 		pruneRow(r.At, r.Prune),
 	}
-	if err := indent(w, []string{"FUNCTION", "LAST", "AGO", "OUTCOME"}, rows); err != nil {
-		return err
-	}
+	return indent(w, []string{"FUNCTION", "LAST", "AGO", "OUTCOME"}, rows)
+}
 
-	if len(r.Skips) > 0 {
-		fmt.Fprintln(w, "\nSKIPS (the last stalls an operator skipped)")
-		var sk [][]string
-		for _, s := range r.Skips {
-			sk = append(sk, []string{strconv.FormatInt(s.ID, 10), stamp(&s.SkippedAt), s.Operator + " as " + s.DBUser,
-				fmt.Sprintf("(%d, %d]", s.FromWatermark, s.ToSequence), strconv.FormatInt(s.Written, 10), s.Reason})
-		}
-		if err := indent(w, []string{"ID", "AT", "WHO", "RANGE", "WRITTEN", "REASON"}, sk); err != nil {
-			return err
-		}
+func printSkips(w io.Writer, r *statusReport, _ thresholds) error {
+	if len(r.Skips) == 0 {
+		return nil
 	}
+	fmt.Fprintln(w, "\nSKIPS (the last stalls an operator skipped)")
+	var sk [][]string
+	for _, s := range r.Skips {
+		sk = append(sk, []string{strconv.FormatInt(s.ID, 10), stamp(&s.SkippedAt), s.Operator + " as " + s.DBUser,
+			fmt.Sprintf("(%d, %d]", s.FromWatermark, s.ToSequence), strconv.FormatInt(s.Written, 10), s.Reason})
+	}
+	return indent(w, []string{"ID", "AT", "WHO", "RANGE", "WRITTEN", "REASON"}, sk)
+}
 
+// printConsumerSections is CONSUMERS and, when there were any, CONSUMER
+// CHANGES.
+func printConsumerSections(w io.Writer, r *statusReport, _ thresholds) error {
 	fmt.Fprintln(w, "\nCONSUMERS (and relays, relay:<name>; the slowest first)")
 	if err := printConsumers(w, r.Consumers, r.At); err != nil {
 		return err
 	}
-	if len(r.ConsumerChanges) > 0 {
-		fmt.Fprintln(w, "\nCONSUMER CHANGES (the last rewinds and retires)")
-		if err := printConsumerChanges(w, r.ConsumerChanges); err != nil {
-			return err
+	if len(r.ConsumerChanges) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nCONSUMER CHANGES (the last rewinds and retires)")
+	return printConsumerChanges(w, r.ConsumerChanges)
+}
+
+// printQueues is QUEUES, when a queue's URL was known.
+func printQueues(w io.Writer, r *statusReport, _ thresholds) error {
+	if r.Queue == nil && r.DLQ == nil {
+		return nil
+	}
+	fmt.Fprintln(w, "\nQUEUES")
+	for _, q := range []struct {
+		name string
+		d    *queuedepth.Depth
+	}{{"reports", r.Queue}, {"DLQ", r.DLQ}} {
+		if q.d != nil {
+			fmt.Fprintf(w, "  %-8s %d visible, %d in flight   %s\n", q.name, q.d.Visible, q.d.InFlight, q.d.URL)
 		}
 	}
+	return nil
+}
 
-	if r.Queue != nil || r.DLQ != nil {
-		fmt.Fprintln(w, "\nQUEUES")
-		for _, q := range []struct {
-			name string
-			d    *queuedepth.Depth
-		}{{"reports", r.Queue}, {"DLQ", r.DLQ}} {
-			if q.d != nil {
-				fmt.Fprintf(w, "  %-8s %d visible, %d in flight   %s\n", q.name, q.d.Visible, q.d.InFlight, q.d.URL)
-			}
-		}
-	}
-
+// printAttention is the verdict: OK, or what needs a person and what to do.
+func printAttention(w io.Writer, r *statusReport, _ thresholds) error {
 	if len(r.Attention) == 0 {
 		_, err := fmt.Fprintln(w, "\nOK: nothing needs a person")
 		return err
