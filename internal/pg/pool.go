@@ -102,19 +102,7 @@ func PoolConfig(ctx context.Context, db Login, opts Options) (*pgxpool.Config, e
 // resolve is PoolConfig, and in secret mode the login NewPool's Pool
 // re-reads when the server refuses it.
 func resolve(ctx context.Context, db Login, opts Options) (*pgxpool.Config, *secretLogin, error) {
-	// One Secrets Manager client for the login and the CA bundle, made
-	// only when one of them needs it.
-	var client SecretsClient = opts.Secrets
-	secrets := func() (SecretsClient, error) {
-		if client == nil {
-			cfg, err := loadAWS(ctx, opts)
-			if err != nil {
-				return nil, err
-			}
-			client = secretsmanager.NewFromConfig(cfg)
-		}
-		return client, nil
-	}
+	secrets := lazySecrets(ctx, opts)
 	connString, variable := db.URL, "DATABASE_URL"
 	var login *secretLogin
 	if db.SecretARN != "" {
@@ -133,18 +121,7 @@ func resolve(ctx context.Context, db Login, opts Options) (*pgxpool.Config, *sec
 	if err != nil {
 		return nil, nil, err
 	}
-	if db.SecretARN != "" || db.IAMAuth || roots != nil {
-		// A password or a token must not cross the network in clear text,
-		// and a CA bundle is for verifying a TLS server.
-		if err := requireTLS(&pc.ConnConfig.Config); err != nil {
-			return nil, nil, fmt.Errorf("config: %s: %w", variable, err)
-		}
-	} else if pc.ConnConfig.Password != "" && !sslmodeGiven(connString) {
-		// A plain URL with a password and no sslmode: pgx's default,
-		// prefer, falls back to plain text when the TLS attempt fails, so
-		// anyone on the path could turn TLS off. TLS it is, as with a
-		// secret; an explicit sslmode (disable for a local database) is
-		// taken as written.
+	if mustUseTLS(db, roots != nil, pc.ConnConfig.Password, connString) {
 		if err := requireTLS(&pc.ConnConfig.Config); err != nil {
 			return nil, nil, fmt.Errorf("config: %s: %w", variable, err)
 		}
@@ -169,6 +146,32 @@ func resolve(ctx context.Context, db Login, opts Options) (*pgxpool.Config, *sec
 	pooled(pc.ConnConfig, connString)
 	lambdaSized(pc, opts.ApplicationName)
 	return pc, login, nil
+}
+
+// lazySecrets is one Secrets Manager client for the login and the CA
+// bundle (opts.Secrets when set), made only when one of them needs it.
+func lazySecrets(ctx context.Context, opts Options) func() (SecretsClient, error) {
+	var client SecretsClient = opts.Secrets
+	return func() (SecretsClient, error) {
+		if client == nil {
+			cfg, err := loadAWS(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			client = secretsmanager.NewFromConfig(cfg)
+		}
+		return client, nil
+	}
+}
+
+// mustUseTLS: a password or a token must not cross the network in clear
+// text, and a CA bundle is for verifying a TLS server. A plain URL with a
+// password and no sslmode needs it too: pgx's default, prefer, falls back
+// to plain text when the TLS attempt fails, so anyone on the path could
+// turn TLS off; an explicit sslmode (disable for a local database) is
+// taken as written.
+func mustUseTLS(db Login, hasRoots bool, password, connString string) bool {
+	return db.SecretARN != "" || db.IAMAuth || hasRoots || (password != "" && !sslmodeGiven(connString))
 }
 
 // fromSecret reads the login of DATABASE_SECRET_ARN (with the

@@ -145,3 +145,30 @@ func TestVerifyFullAgainstARealServer(t *testing.T) {
 		t.Errorf("verify-full against a certificate for another host: %v, want x509: certificate is not valid for 127.0.0.1", err)
 	}
 }
+
+// TLS is required whenever a secret, a token or a password could cross the
+// network, and whenever a CA bundle is given; only an explicit sslmode on a
+// plain URL is taken as written.
+func TestMustUseTLSWheneverACredentialCouldCrossInClearText(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		db         Login
+		roots      bool
+		password   string
+		connString string
+		want       bool
+	}{
+		{"secret", Login{SecretARN: "arn"}, false, "", "", true},
+		{"IAM token", Login{IAMAuth: true}, false, "", "postgres://u@h/db?sslmode=disable", true},
+		{"CA bundle", Login{}, true, "", "postgres://u@h/db?sslmode=disable", true},
+		{"password, no sslmode", Login{}, false, "pw", "postgres://u:pw@h/db", true},
+		{"password, sslmode given", Login{}, false, "pw", "postgres://u:pw@h/db?sslmode=disable", false},
+		{"no password", Login{}, false, "", "postgres://u@h/db", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := mustUseTLS(c.db, c.roots, c.password, c.connString); got != c.want {
+				t.Errorf("mustUseTLS = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
