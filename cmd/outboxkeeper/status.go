@@ -324,70 +324,115 @@ func describeFill(s fill.Status, ran bool) fillReport {
 	return r
 }
 
-// assess is the documented rule: every reason a person is needed.
+// assess is the documented rule: every reason a person is needed, in the
+// order of its rules.
 func assess(r *statusReport, th thresholds) []finding {
 	out := []finding{}
-	add := func(name, what, next string) { out = append(out, finding{name, what, next}) }
+	for _, rule := range []func(*statusReport, thresholds) []finding{
+		fillSilent, sweepSilent, pruneSilent, stalled, deadDeliveries, openTooLong, retentionHeld, dlqNotEmpty,
+	} {
+		out = append(out, rule(r, th)...)
+	}
+	return out
+}
+
+// one is a rule's single finding.
+func one(name, what, next string) []finding { return []finding{{name, what, next}} }
+
+func fillSilent(r *statusReport, th thresholds) []finding {
 	fr := r.Fill
-	switch {
-	case !fr.PassEverRan:
+	const next = "check the fill's schedule (ScheduleState), its Errors and its log group"
+	if !fr.PassEverRan {
 		what := "no fill pass has run since the migrations"
 		if fr.Lag > 0 {
 			what += fmt.Sprintf("; read_events stops at %d until one proves the gaps", deref(fr.StalledAt))
 		}
-		add("fill-silent", what, "check the fill's schedule (ScheduleState), its Errors and its log group")
-	case time.Duration(*fr.LastWriteAgoS*float64(time.Second)) > th.silentAfter:
-		silent := time.Duration(*fr.LastWriteAgoS * float64(time.Second))
-		add("fill-silent", fmt.Sprintf("no fill pass has written its state for %s (last at %s)", age(silent), stamp(fr.LastWriteAt)),
-			"check the fill's schedule (ScheduleState), its Errors and its log group")
+		return one("fill-silent", what, next)
 	}
-	switch {
-	case r.Sweep.LastPassAt == nil:
-		add("sweep-silent", "the sweep has never recorded a pass", "check the sweep's schedule (ScheduleState), its Errors and its log group")
-	case r.At.Sub(*r.Sweep.LastPassAt) > th.silentAfter:
-		add("sweep-silent", fmt.Sprintf("no sweep pass for %s (last at %s)", age(r.At.Sub(*r.Sweep.LastPassAt)), stamp(r.Sweep.LastPassAt)),
-			"check the sweep's schedule (ScheduleState), its Errors and its log group")
+	if silent := time.Duration(*fr.LastWriteAgoS * float64(time.Second)); silent > th.silentAfter {
+		return one("fill-silent", fmt.Sprintf("no fill pass has written its state for %s (last at %s)", age(silent), stamp(fr.LastWriteAt)), next)
 	}
-	// A prune that never ran is silent from its deployment on: it runs
-	// hourly, so a new deployment has not seen its first pass yet.
+	return nil
+}
+
+func sweepSilent(r *statusReport, th thresholds) []finding {
+	const next = "check the sweep's schedule (ScheduleState), its Errors and its log group"
+	switch last := r.Sweep.LastPassAt; {
+	case last == nil:
+		return one("sweep-silent", "the sweep has never recorded a pass", next)
+	case r.At.Sub(*last) > th.silentAfter:
+		return one("sweep-silent", fmt.Sprintf("no sweep pass for %s (last at %s)", age(r.At.Sub(*last)), stamp(last)), next)
+	}
+	return nil
+}
+
+// pruneSilent: a prune that never ran is silent from its deployment on: it
+// runs hourly, so a new deployment has not seen its first pass yet.
+func pruneSilent(r *statusReport, th thresholds) []finding {
 	switch p, since := r.Prune.LastPassAt, r.PruneInstalledAt; {
 	case p == nil && since != nil && r.At.Sub(*since) > th.pruneSilentAfter:
-		add("prune-silent", fmt.Sprintf("the prune has never recorded a pass, %s after its deployment (%s): nothing was deleted, the tables grow",
+		return one("prune-silent", fmt.Sprintf("the prune has never recorded a pass, %s after its deployment (%s): nothing was deleted, the tables grow",
 			age(r.At.Sub(*since)), stamp(since)),
 			"check the prune's schedule (ScheduleState), its Errors and its log group")
 	case p != nil && r.At.Sub(*p) > th.pruneSilentAfter:
-		add("prune-silent", fmt.Sprintf("no prune pass for %s (last at %s)", age(r.At.Sub(*p)), stamp(p)),
+		return one("prune-silent", fmt.Sprintf("no prune pass for %s (last at %s)", age(r.At.Sub(*p)), stamp(p)),
 			"check the prune's schedule and its log group")
 	}
+	return nil
+}
+
+// stalled is a proof blocked past the threshold, or else a watermark
+// stalled past it.
+func stalled(r *statusReport, th thresholds) []finding {
+	fr := r.Fill
 	blocked := fr.ProofBlockedS != nil && *fr.ProofBlockedS > th.stalledAfter.Seconds()
 	switch {
 	case fr.Waiting == fill.WaitingProof && blocked:
-		add("proof-blocked", fmt.Sprintf("the proof of the stall at %d has waited %s on %s", deref(fr.StalledAt), seconds(fr.ProofBlockedS), sessions(len(r.BlockedBy))),
+		return one("proof-blocked", fmt.Sprintf("the proof of the stall at %d has waited %s on %s", deref(fr.StalledAt), seconds(fr.ProofBlockedS), sessions(len(r.BlockedBy))),
 			"end or fix the sessions under BLOCKED BY; as a last resort, 'outboxkeeper skip-stall'")
 	case fr.StallAgeS != nil && *fr.StallAgeS > th.stalledAfter.Seconds():
-		add("stalled", fmt.Sprintf("the watermark has stalled at %d for %s (waiting: %s)", fr.Watermark, seconds(fr.StallAgeS), orDash(fr.Waiting)),
+		return one("stalled", fmt.Sprintf("the watermark has stalled at %d for %s (waiting: %s)", fr.Watermark, seconds(fr.StallAgeS), orDash(fr.Waiting)),
 			"read the fill's log line (waiting, timed_out) and its Errors")
 	}
+	return nil
+}
+
+func deadDeliveries(r *statusReport, _ thresholds) []finding {
 	if n := r.Deliveries.Dead; n > 0 {
-		add("dead", fmt.Sprintf("%d dead %s", n, plural(n, "delivery", "deliveries")),
+		return one("dead", fmt.Sprintf("%d dead %s", n, plural(n, "delivery", "deliveries")),
 			"fix the recipient, then 'outboxkeeper dead list' and 'outboxkeeper dead retry'")
 	}
+	return nil
+}
+
+func openTooLong(r *statusReport, th thresholds) []finding {
 	if o := r.Deliveries.OldestOpenSeconds; o != nil && *o > th.openAfter.Seconds() {
-		add("relay", fmt.Sprintf("the oldest open delivery is %s old", seconds(o)),
+		return one("relay", fmt.Sprintf("the oldest open delivery is %s old", seconds(o)),
 			"the relay is down or behind: check it; the sweep only resets what it pushed")
 	}
+	return nil
+}
+
+// retentionHeld is one finding a consumer that has held retention back
+// for heldAfter or longer.
+func retentionHeld(r *statusReport, th thresholds) []finding {
+	var out []finding
 	for _, c := range r.Consumers {
 		if c.HoldsRetention && c.HeldSince != nil && r.At.Sub(*c.HeldSince) >= th.heldAfter {
-			add("retention-held", fmt.Sprintf("%s %s has held retention back for %s (at %d, %d behind the head)",
+			out = append(out, finding{"retention-held", fmt.Sprintf("%s %s has held retention back for %s (at %d, %d behind the head)",
 				consumerKind(c.Name), c.Name, age(r.At.Sub(*c.HeldSince)), c.Position, c.Lag),
-				fmt.Sprintf("restart it, or 'outboxkeeper consumers retire --consumer %s' if it stopped for good", c.Name))
+				fmt.Sprintf("restart it, or 'outboxkeeper consumers retire --consumer %s' if it stopped for good", c.Name)})
 		}
 	}
-	if d := r.DLQ; d != nil && d.Visible+d.InFlight > 0 {
-		add("dlq", fmt.Sprintf("the report DLQ holds %d %s", d.Visible+d.InFlight, plural(int64(d.Visible+d.InFlight), "message", "messages")),
+	return out
+}
+
+func dlqNotEmpty(r *statusReport, _ thresholds) []finding {
+	if d := r.DLQ; d != nil && d.Total() > 0 {
+		return one("dlq", fmt.Sprintf("the report DLQ holds %d %s", d.Total(), plural(int64(d.Total()), "message", "messages")),
 			"'outboxkeeper dlq list', then 'outboxkeeper dlq redrive'")
 	}
-	return out
+	return nil
 }
 
 func deref(p *int64) int64 {
