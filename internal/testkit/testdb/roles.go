@@ -57,7 +57,7 @@ func (d *DB) NewRole(t testing.TB, grants ...string) *Role {
 	}
 	t.Cleanup(func() { d.dropRole(t, adminURL, r) })
 	for _, fn := range grants {
-		if _, err := d.Pool.Exec(ctx, `SELECT `+d.Schema.Table(fn)+`($1)`, r.Name); err != nil {
+		if err := d.underACLLock(ctx, `SELECT `+d.Schema.Table(fn)+`($1)`, r.Name); err != nil {
 			t.Fatalf("testdb: %s(%s): %v", fn, r.Name, err)
 		}
 	}
@@ -103,7 +103,7 @@ func (d *DB) dropRole(t testing.TB, adminURL string, r *Role) {
 		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, r.Name); err != nil {
 			return err
 		}
-		if _, err := d.Pool.Exec(ctx, `DROP OWNED BY `+ident); err != nil {
+		if err := d.underACLLock(ctx, `DROP OWNED BY `+ident); err != nil {
 			return fmt.Errorf("drop owned by %s: %w", r.Name, err)
 		}
 		_, err := conn.Exec(ctx, `DROP ROLE IF EXISTS `+ident)
@@ -112,4 +112,18 @@ func (d *DB) dropRole(t testing.TB, adminURL string, r *Role) {
 	if err != nil {
 		t.Errorf("testdb: drop role %s: %v", r.Name, err)
 	}
+}
+
+// underACLLock runs one GRANT- or REVOKE-like statement while holding the
+// test database's ACL lock. Parallel subtests granting on the same tables
+// rewrite the same catalog rows, and PostgreSQL answers the loser of that
+// race with "tuple concurrently updated" rather than waiting.
+func (d *DB) underACLLock(ctx context.Context, sql string, args ...any) error {
+	return pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('outboxkeeper.testdb.acl'))`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, sql, args...)
+		return err
+	})
 }
