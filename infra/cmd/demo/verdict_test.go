@@ -83,6 +83,23 @@ func TestVerdictFailsEachBreakageByTheCheckThatNamesIt(t *testing.T) {
 	}
 }
 
+// The invocations check counts each function the demo runs, the deliver
+// function's included.
+func TestInvocationsCheckCountsEveryFunction(t *testing.T) {
+	o := healthy()
+	o.invocations = map[string]int{"fill": 1, "sweep": 2, "compensate": 3, "prune": 4, "relay": 5, "deliver": 6}
+	var detail string
+	for _, c := range o.checks() {
+		if c.Name == "function invocations succeeded" {
+			detail = c.Detail
+		}
+	}
+	want := "fill 1, sweep 2, compensate 3, prune 4, relay 5, deliver 6 invocations; 0 failed"
+	if detail != want {
+		t.Errorf("the invocations check says %q, want %q", detail, want)
+	}
+}
+
 // An event relayed twice (at least once) counts once, as a consumer that
 // deduplicates by sequence sees it; a sequence that never committed does
 // not pass.
