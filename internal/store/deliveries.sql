@@ -1,8 +1,9 @@
 -- Every statement on {{schema}}.deliveries, whoever runs it: the
 -- application's enqueue and the relay's claim, mark and ack
--- (shared/outbox), the sweep's reset, counts and wake, the prune's delete,
--- and the CLI's figures and retries. Every statement that changes a
--- delivery's state is here.
+-- (shared/outbox), the deliver function's claim, probes and settle
+-- (shared/deliver), the sweep's reset, counts and wake, the prune's
+-- delete, and the CLI's figures and retries. Every statement that changes
+-- a delivery's state is here.
 
 -- name: enqueue
 INSERT INTO {{schema}}.deliveries (recipient, kind, tenant_id, payload)
@@ -155,3 +156,45 @@ SELECT (SELECT count(*) FROM moved),
     (SELECT count(*) FROM {{schema}}.deliveries
         WHERE state = 'dead' AND dead_at <= now() - @older_than_us::bigint * interval '1 microsecond')
     - (SELECT count(*) FROM moved);
+
+-- name: deliver_claim
+-- The deliver function's batch (docs/design.md §6e): the oldest pending
+-- deliveries, each moved to delivered (with its recipient's target) or to
+-- dead (unknown or disabled recipient) in this one statement, committed
+-- before any push. deliver_claim() and deliver_oldest_pending() are
+-- migration 0020's, so their plans do not depend on the statistics.
+SELECT id, recipient, kind, tenant_id, payload, state, attempts, redeliveries, created_at,
+    coalesce(target, ''), coalesce(dead_reason, '')
+FROM {{schema}}.deliver_claim(@limit::integer);
+
+-- name: deliver_pending_probe
+-- The watching tick's probe, carried by the lease poll: whether anything
+-- is pending.
+SELECT {{schema}}.deliver_oldest_pending() IS NOT NULL
+
+-- name: deliver_oldest_pending
+-- The DeliverOldestPendingAge metric, read once as a pass ends.
+SELECT coalesce({{schema}}.deliver_oldest_pending(), 0);
+
+-- name: deliver_settle
+-- What the pushes of a batch came to, in one statement: the deliveries a
+-- target accepted acked, those a webhook answered 410 dead as gone. Each a
+-- compare-and-set from delivered, by primary key: a row the sweep put
+-- back meanwhile stays where it is, and is pushed again (at least once).
+-- Everything else of the batch stays delivered for the sweep. The
+-- compare-and-set is a CASE, which no index can answer: as a plain
+-- condition the planner could scan a partial index of every delivered
+-- (or pending) row for it and keep the batch's; this way the primary key
+-- is the one way to the rows, whatever the statistics.
+WITH acked AS (
+    UPDATE {{schema}}.deliveries
+    SET state = 'acked', acked_at = clock_timestamp()
+    WHERE id = ANY (@acked::bigint[]) AND CASE WHEN state = 'delivered' THEN true ELSE false END
+    RETURNING id
+), gone AS (
+    UPDATE {{schema}}.deliveries
+    SET state = 'dead', dead_at = now(), dead_reason = 'gone'
+    WHERE id = ANY (@gone::bigint[]) AND CASE WHEN state = 'delivered' THEN true ELSE false END
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM acked), (SELECT count(*) FROM gone);

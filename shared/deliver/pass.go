@@ -2,7 +2,6 @@ package deliver
 
 import (
 	"context"
-	"embed"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -10,26 +9,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkeeper/outboxkeeper/internal/sqltext"
+	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 )
 
-//go:embed deliver.sql
-var sqlFile embed.FS
-
-// SQL is deliver.sql.
-var SQL = sqltext.MustParse(sqlFile, "deliver.sql")
-
+// statements are the deliver function's, in the deliveries table's file
+// with every other statement on it.
 type statements struct {
 	claim, pendingProbe, oldestPending, settle string
 }
 
 func newStatements(schema string) statements {
 	return statements{
-		claim:         SQL.Statement("claim", schema),
-		pendingProbe:  SQL.Statement("pending_probe", schema),
-		oldestPending: SQL.Statement("oldest_pending", schema),
-		settle:        SQL.Statement("settle", schema),
+		claim:         store.DeliveriesSQL.Statement("deliver_claim", schema),
+		pendingProbe:  store.DeliveriesSQL.Statement("deliver_pending_probe", schema),
+		oldestPending: store.DeliveriesSQL.Statement("deliver_oldest_pending", schema),
+		settle:        store.DeliveriesSQL.Statement("deliver_settle", schema),
 	}
 }
 
