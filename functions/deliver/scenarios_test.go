@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -75,6 +77,73 @@ func TestLostAnswerArrivesTwiceWithOneID(t *testing.T) {
 		t.Errorf("the receiver got %d requests, want delivery %d twice", len(reqs), id)
 	}
 	db.WantDeliveryState(t, id, store.StateAcked)
+}
+
+// A watching invocation killed with its pushes in flight (its execution
+// environment lost) leaves every delivery it claimed delivered, none
+// acked and none lost; once the sweep puts them back, the next watching
+// invocation takes the dead one's lease when it runs out and pushes each
+// again under the same id, and acks it.
+func TestKilledMidPushEveryClaimedDeliveryIsPushedAgainAndAcked(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	rcv := webhooktest.Start(t)
+	rcv.Hang(t)
+	db.Exec(t, `INSERT INTO outbox.recipients (name, target) VALUES ('hook', $1)`, rcv.URL+"/in")
+	const n = 20
+	db.Exec(t, `INSERT INTO outbox.deliveries (recipient, kind, payload) SELECT 'hook', 'k', '{}'::bytea FROM generate_series(1, $1)`, n)
+	arn := secret(t, "k")
+	// The template's watching pass, with a budget a test can wait for.
+	watching := map[string]string{"DELIVER_WATCH": "true", "DELIVER_PASS_BUDGET": "5s"}
+	first := hookFn(t, db, rcv, arn, watching)
+	invoked := make(chan struct{})
+	go func() {
+		defer close(invoked)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = first.Invoke(ctx, schedule) // fails: the environment dies
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(rcv.Requests()) < deliver.DefaultConcurrency {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pushes in flight after 20s, want %d", len(rcv.Requests()), deliver.DefaultConcurrency)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	first.Kill()
+	<-invoked
+
+	count := func(state string) int64 {
+		return testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE state = $1`, state)
+	}
+	if got := count(store.StateDelivered); got != n {
+		t.Errorf("after the kill %d deliveries are delivered, want all %d the claim took", got, n)
+	}
+	if got := count(store.StateAcked); got != 0 {
+		t.Errorf("after the kill %d deliveries are acked, want none: no answer came", got)
+	}
+
+	rcv.Answer(nil)
+	pushedBefore := len(rcv.Requests())
+	// What the sweep does to deliveries stuck past SWEEP_STUCK_AFTER.
+	db.Exec(t, `SELECT * FROM outbox.sweep_reset(0, 100, 0)`)
+	if r := invoke(t, hookFn(t, db, rcv, arn, watching)); r.Delivered != n {
+		t.Errorf("the next invocation delivered %d, want %d", r.Delivered, n)
+	}
+	if got := count(store.StateAcked); got != n {
+		t.Errorf("%d deliveries acked, want %d", got, n)
+	}
+	again := map[string]int{}
+	for _, r := range rcv.Requests()[pushedBefore:] {
+		again[r.Header.Get(deliver.HeaderDeliveryID)]++
+	}
+	if len(again) != n {
+		t.Errorf("the next invocation pushed %d distinct ids, want %d", len(again), n)
+	}
+	redelivered := testdb.Scalar[int64](t, db.Pool, `SELECT count(*) FROM outbox.deliveries WHERE id::text = ANY ($1::text[]) AND redeliveries = 1`, slices.Collect(maps.Keys(again)))
+	if redelivered != n {
+		t.Errorf("%d of the ids pushed again are deliveries redelivered once, want %d", redelivered, n)
+	}
 }
 
 // A webhook that never answers ends at the pass budget: the invocation

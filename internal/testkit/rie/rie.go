@@ -222,7 +222,16 @@ func freePorts(n int) ([]string, error) {
 // of its own, so the bootstrap is signalled by its pid, found as rie's
 // child; killing rie alone would leave the bootstrap to notice the lost
 // Runtime API connection by itself. Safe to call more than once.
-func (f *Function) Stop() {
+func (f *Function) Stop() { f.end(terminate) }
+
+// Kill ends the bootstrap and rie at once with SIGKILL, as Lambda loses an
+// execution environment mid-invocation: nothing of the pass runs after it,
+// and its server connections end with the process.
+func (f *Function) Kill() { f.end(os.Kill) }
+
+// end signals rie and its bootstrap with first, then SIGKILL if they are
+// still there after 3s, and waits for them.
+func (f *Function) end(first os.Signal) {
 	f.stopOnce.Do(func() {
 		select {
 		case <-f.exited:
@@ -240,7 +249,7 @@ func (f *Function) Stop() {
 				_ = p.Signal(sig)
 			}
 		}
-		signal(terminate)
+		signal(first)
 		select {
 		case <-f.exited:
 		case <-time.After(3 * time.Second):
