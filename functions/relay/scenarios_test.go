@@ -164,7 +164,7 @@ func TestCrashBetweenTheSendAndTheCommitResendsWithTheSameDedupIDs(t *testing.T)
 		return testdb.Scalar[int](t, db.Pool, `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = 'outboxkeeper-relay' AND wait_event_type = 'Lock'`) == 1
 	})
-	fn.Stop()
+	fn.Kill()
 	<-done
 	db.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'outboxkeeper-relay'`)
 	if err := tx.Rollback(ctx); err != nil {
