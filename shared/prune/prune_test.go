@@ -3,13 +3,10 @@ package prune_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
@@ -359,8 +356,8 @@ func TestPruneOfAMillionAckedRowsKeepsItsBudgetAndResumes(t *testing.T) {
 	// sends: every pass ends on its budget within four batches, however
 	// fast the database, and still within it in real time.
 	const budget = 500 * time.Millisecond
-	q := &clockOnPrune{DB: db.Pool, step: budget / 4}
-	s := passtest.Built(prune.New(q, templateConfig(func(c *prune.Config) { c.PassBudget = budget }), prune.Options{Options: pass.Options{Now: q.now}}))(t)
+	q := &passtest.StatementClock{DB: db.Pool, Tag: store.DeliveriesSQL.Tag("prune"), Step: budget / 4}
+	s := passtest.Built(prune.New(q, templateConfig(func(c *prune.Config) { c.PassBudget = budget }), prune.Options{Options: pass.Options{Now: q.Now}}))(t)
 	var total int64
 	passes := 0
 	for {
@@ -502,24 +499,4 @@ func TestPruneKeepsARowReopenedWhileItsBatchWaited(t *testing.T) {
 	if state := testdb.Scalar[string](t, db.Pool, `SELECT coalesce((SELECT state FROM outbox.deliveries WHERE id = $1), 'deleted')`, reopened); state != "pending" {
 		t.Errorf("the reopened row is %s, want it kept as pending", state)
 	}
-}
-
-// clockOnPrune is real time moved on by step each time a deliveries prune
-// statement is sent, so a pass spends its budget in a bounded number of
-// batches on any machine.
-type clockOnPrune struct {
-	pass.DB
-	step   time.Duration
-	offset atomic.Int64
-}
-
-func (c *clockOnPrune) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
-
-func (c *clockOnPrune) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	for _, q := range b.QueuedQueries {
-		if strings.HasPrefix(q.SQL, store.DeliveriesSQL.Tag("prune")) {
-			c.offset.Add(int64(c.step))
-		}
-	}
-	return c.DB.SendBatch(ctx, b)
 }

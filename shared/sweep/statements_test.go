@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/outboxkeeper/outboxkeeper/internal/store"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/counts"
+	"github.com/outboxkeeper/outboxkeeper/internal/testkit/passtest"
 	"github.com/outboxkeeper/outboxkeeper/internal/testkit/testdb"
 	"github.com/outboxkeeper/outboxkeeper/shared/pass"
 	"github.com/outboxkeeper/outboxkeeper/shared/sweep"
@@ -114,27 +114,6 @@ func TestIdlePassIsFourStatements(t *testing.T) {
 	}
 }
 
-// clockOnBatch moves a clock a second forward each time a reset statement
-// is sent, so a test can spend a pass's budget batch by batch.
-type clockOnBatch struct {
-	pass.DB
-	ticks atomic.Int64
-	base  time.Time
-}
-
-func (c *clockOnBatch) now() time.Time {
-	return c.base.Add(time.Duration(c.ticks.Load()) * time.Second)
-}
-
-func (c *clockOnBatch) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	for _, q := range b.QueuedQueries {
-		if strings.HasPrefix(q.SQL, store.DeliveriesSQL.Tag("sweep_reset")) {
-			defer c.ticks.Add(1)
-		}
-	}
-	return c.DB.SendBatch(ctx, b)
-}
-
 // The budget stops the batches: with a clock that moves 1s per batch and
 // a 0.5s budget, one batch runs, the pass says `more`, and the next pass
 // carries on where it stopped.
@@ -142,8 +121,8 @@ func TestBudgetStopsBatches(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	seedDelivered(t, db, 30, time.Hour)
-	q := &clockOnBatch{DB: db.Pool, base: time.Now()}
-	s := newSweeperWith(t, q, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 500 * time.Millisecond }), sweep.Options{Options: pass.Options{Now: q.now}})
+	q := &passtest.StatementClock{DB: db.Pool, Tag: store.DeliveriesSQL.Tag("sweep_reset"), Step: time.Second}
+	s := newSweeperWith(t, q, testConfig(func(c *sweep.Config) { c.BatchLimit = 10; c.PassBudget = 500 * time.Millisecond }), sweep.Options{Options: pass.Options{Now: q.Now}})
 	res := run(t, s)
 	counts.Want(t, "first pass", counts.Of("Reset", res.Reset, 10, "one batch of 10"), counts.Of("Batches", res.Batches, 1))
 	if !res.More {
