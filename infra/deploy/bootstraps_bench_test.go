@@ -121,9 +121,10 @@ func BenchmarkColdStart(b *testing.B) {
 			if invokeErr != nil {
 				b.Fatalf("%s: first invocation: %v\n%s", f.name, invokeErr, out)
 			}
-			init, ok := rie.AwaitInitDuration(ctx, out.String)
+			logs := out.Await(func(s string) bool { _, ok := rie.InitDuration(s); return ok }, 10*time.Second)
+			init, ok := rie.InitDuration(logs)
 			if !ok {
-				b.Fatalf("%s: rie reported no init duration within 30 s of the start:\n%s", f.name, out)
+				b.Fatalf("%s: rie reported no init duration within 10 s of the answer:\n%s", f.name, logs)
 			}
 			initMS[f.name] = append(initMS[f.name], float64(init)/1e6)
 			firstMS[f.name] = append(firstMS[f.name], float64(first)/1e6)

@@ -157,19 +157,10 @@ func or(v, def string) string {
 func (f *Function) Logs() string { return f.logs.String() }
 
 // AwaitLogs waits until cond holds for the output so far, or logWait
-// passes, and returns the output then. The output reaches the test through
-// rie's pipe and a copying goroutine, so a line the function wrote before
-// it answered may land a moment after Invoke returns: a test asserting on
-// logs waits for them instead of reading once, then asserts on what it got.
+// passes, and returns the output then (syncbuf.Buffer.Await: a line the
+// function wrote before it answered may land after Invoke returns).
 func (f *Function) AwaitLogs(cond func(logs string) bool) string {
-	deadline := time.Now().Add(logWait)
-	for {
-		logs := f.Logs()
-		if cond(logs) || time.Now().After(deadline) {
-			return logs
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return f.logs.Await(cond, logWait)
 }
 
 // logWait bounds AwaitLogs: far beyond a pipe's latency, short enough

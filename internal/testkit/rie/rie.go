@@ -281,22 +281,3 @@ func InitDuration(output string) (time.Duration, bool) {
 	}
 	return time.Duration(ms * float64(time.Millisecond)), true
 }
-
-// AwaitInitDuration is InitDuration once output (read again every few
-// milliseconds) holds the report, or false when ctx ends first. rie's log
-// reaches Output through a pipe that a goroutine copies, so the report can
-// land after the invocation's response does.
-func AwaitInitDuration(ctx context.Context, output func() string) (time.Duration, bool) {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if d, ok := InitDuration(output()); ok {
-			return d, true
-		}
-		select {
-		case <-ctx.Done():
-			return 0, false
-		case <-tick.C:
-		}
-	}
-}

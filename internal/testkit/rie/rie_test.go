@@ -200,31 +200,3 @@ func TestInitDurationReadsTheFirstInitReport(t *testing.T) {
 		t.Error("InitDuration found a report in output without one")
 	}
 }
-
-func TestAwaitInitDurationWaitsForAReportThatLandsLate(t *testing.T) {
-	var reads int
-	output := func() string {
-		reads++
-		if reads < 3 {
-			return "01 Dec 2026 11:18:15,700 [INFO] (rapid) INIT START(type: on-demand, phase: init)\n"
-		}
-		return "01 Dec 2026 11:18:15,736 [INFO] (rapid) INIT REPORT(durationMs: 12.500000)\n"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	d, ok := AwaitInitDuration(ctx, output)
-	if !ok {
-		t.Fatal("AwaitInitDuration gave up on a report that arrived on the third read")
-	}
-	if d != 12500*time.Microsecond {
-		t.Errorf("AwaitInitDuration = %v, want 12.5ms", d)
-	}
-}
-
-func TestAwaitInitDurationGivesUpWhenTheContextEnds(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, ok := AwaitInitDuration(ctx, func() string { return "START RequestId: x\n" }); ok {
-		t.Error("AwaitInitDuration found a report in output without one")
-	}
-}
